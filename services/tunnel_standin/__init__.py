@@ -1,0 +1,1 @@
+"""tunnel_standin."""
