@@ -1,0 +1,201 @@
+"""The topology, read from `docker compose config` of the production file and of the CPU form: what the
+design fixes (host network, loopback only, the one public hop, startup order, GPUs, bucket) holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILES = ["compose.yaml", "compose.cpu.yaml"]
+
+
+def compose_config(*files: str, env: dict[str, str] | None = None) -> dict:
+    if shutil.which("docker") is None:
+        pytest.fail("the docker CLI with the compose v2 plugin is needed: scripts/test installs it")
+    args = ["docker", "compose", "--project-directory", str(ROOT)]
+    for f in files:
+        args += ["-f", str(ROOT / f)]
+    # An operator's .env must not change what the defaults are tested to be.
+    clean = {k: v for k, v in os.environ.items() if not re.match(r"[A-Z_]+$", k) or k in ("PATH", "HOME", "DOCKER_HOST")}
+    clean.update(env or {})
+    clean.setdefault("COMPOSE_PROFILES", "cloudflared")
+    out = subprocess.run(
+        args + ["--env-file", os.devnull, "config", "--format", "json"],
+        capture_output=True, text=True, env=clean, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module", params=["production", "cpu"])
+def config(request):
+    files = COMPOSE_FILES[:1] if request.param == "production" else COMPOSE_FILES
+    return compose_config(*files)
+
+
+@pytest.fixture(scope="module")
+def production():
+    return compose_config("compose.yaml")
+
+
+def _strings(node):
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from _strings(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v)
+
+
+def test_the_designed_services_exist(config):
+    assert set(config["services"]) == {"preflight", "engine", "env-server", "tunnel", "tunnel-check", "trainer"}
+
+
+def test_every_service_is_on_the_host_network(config):
+    for name, svc in config["services"].items():
+        assert svc.get("network_mode") == "host", f"{name} is not on the host network"
+
+
+def test_nothing_binds_all_interfaces_by_default(config):
+    for name, svc in config["services"].items():
+        for s in _strings({k: svc.get(k) for k in ("command", "entrypoint", "environment")}):
+            assert "0.0.0.0" not in s, f"{name} mentions 0.0.0.0: {s!r}"
+        for key, value in (svc.get("environment") or {}).items():
+            if key.endswith("_HOST") and value:
+                assert value == "127.0.0.1", f"{name}: {key}={value} must default to 127.0.0.1"
+
+
+def test_the_tunnel_only_publishes_the_capture_port(production):
+    tunnel = production["services"]["tunnel"]
+    command = " ".join(tunnel["command"])
+    capture_port = production["services"]["env-server"]["environment"]["CAPTURE_PORT"]
+    targets = re.findall(r"--url\s+(\S+)", command)
+    assert targets == [f"http://127.0.0.1:{capture_port}"], command
+    assert re.search(r"--metrics 127\.0\.0\.1:\d+", command), "cloudflared metrics must bind loopback"
+    # Nothing else from the stack is handed to the tunnel.
+    assert not (set(tunnel.get("environment") or {}) - {"TUNNEL_TOKEN"})
+
+
+def test_cpu_stand_in_targets_the_capture_port_too():
+    cpu = compose_config(*COMPOSE_FILES)
+    tunnel = cpu["services"]["tunnel"]
+    assert tunnel["environment"]["CAPTURE_PORT"] == cpu["services"]["env-server"]["environment"]["CAPTURE_PORT"]
+    assert not tunnel.get("profiles"), "the stand-in must always run in the CPU form"
+
+
+def test_named_tunnel_switch_keeps_the_token_out_of_the_command():
+    cfg = compose_config("compose.yaml", env={"TUNNEL_TOKEN": "s3cret-token-value"})
+    command = cfg["services"]["tunnel"]["command"]
+    assert command[-1] == "run" and "s3cret-token-value" not in " ".join(command)
+
+
+ORDER = {
+    "engine": {"preflight": "service_completed_successfully"},
+    "env-server": {"preflight": "service_completed_successfully"},
+    "tunnel": {"env-server": "service_healthy"},
+    "tunnel-check": {"env-server": "service_healthy", "tunnel": "service_healthy"},
+    "trainer": {
+        "preflight": "service_completed_successfully",
+        "engine": "service_healthy",
+        "env-server": "service_healthy",
+        "tunnel-check": "service_healthy",
+    },
+}
+
+
+def test_startup_order_is_depends_on_conditions(config):
+    for name, want in ORDER.items():
+        got = {dep: spec["condition"] for dep, spec in (config["services"][name].get("depends_on") or {}).items()}
+        assert got == want, f"{name} depends_on {got}, design says {want}"
+    assert config["services"]["tunnel-check"]["depends_on"]["tunnel"]["required"] is False
+
+
+def test_no_service_sleeps_its_way_into_order(config):
+    for name, svc in config["services"].items():
+        for s in _strings({k: svc.get(k) for k in ("command", "entrypoint")}):
+            assert not re.search(r"\bsleep\b", s), f"{name} sleeps: {s!r}"
+
+
+def test_services_that_need_health_have_a_real_healthcheck(config):
+    for name in ("engine", "env-server", "tunnel", "tunnel-check"):
+        test = config["services"][name]["healthcheck"]["test"]
+        assert test[0] == "CMD" and "/health" not in " ".join(test), f"{name}: healthcheck {test}"
+    assert config["services"]["engine"]["healthcheck"]["test"][-1] == "engine.probe"
+
+
+def _gpu_ids(svc):
+    devices = svc["deploy"]["resources"]["reservations"]["devices"]
+    return [d for dev in devices for d in dev.get("device_ids", [])]
+
+
+def test_gpus_engine_zero_trainer_one_and_overridable(production):
+    assert _gpu_ids(production["services"]["engine"]) == ["0"]
+    assert _gpu_ids(production["services"]["trainer"]) == ["1"]
+    moved = compose_config("compose.yaml", env={"ENGINE_GPUS": "2,3", "TRAINER_GPUS": "4"})
+    assert _gpu_ids(moved["services"]["engine"]) == ["2,3"]
+    assert _gpu_ids(moved["services"]["trainer"]) == ["4"]
+    for name in ("engine", "trainer"):
+        assert production["services"][name].get("ipc") == "host", f"{name} needs ipc: host for NCCL"
+
+
+def test_cpu_form_reserves_no_gpu():
+    cpu = compose_config(*COMPOSE_FILES)
+    for name, svc in cpu["services"].items():
+        assert "deploy" not in svc or not svc["deploy"].get("resources"), f"{name} reserves a device in the CPU form"
+
+
+def test_bucket_is_bound_into_trainer_engine_and_preflight(production):
+    for name in ("trainer", "engine", "preflight"):
+        binds = [v for v in production["services"][name].get("volumes", []) if v["target"] == "/bucket"]
+        assert binds and binds[0]["type"] == "bind" and binds[0]["source"] == "/mnt/bucket", name
+    env = production["services"]["trainer"]["environment"]
+    assert env["HF_HOME"].startswith("/bucket/")
+
+
+def test_secrets_only_reach_the_services_that_use_them(production):
+    allowed = {
+        "E2B_API_KEY": {"env-server", "preflight"},
+        "TUNNEL_TOKEN": {"tunnel", "preflight"},
+        "HF_TOKEN": {"engine", "trainer", "env-server"},
+        "OPENENV_CAPTURE_ADMIN_KEY": {"env-server"},
+    }
+    for secret, services in allowed.items():
+        have = {n for n, s in production["services"].items() if secret in (s.get("environment") or {})}
+        assert have <= services, f"{secret} reaches {sorted(have - services)}"
+
+
+def _variables_read_by_compose() -> set[str]:
+    names = set()
+    for f in COMPOSE_FILES:
+        names |= set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (ROOT / f).read_text()))
+    return names
+
+
+def test_every_compose_variable_is_documented_in_env_example():
+    lines = (ROOT / ".env.example").read_text().splitlines()
+    documented = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"([A-Z][A-Z0-9_]*)=", line)
+        if m:
+            documented[m.group(1)] = i
+    cpu_only = {n for n in _variables_read_by_compose() if n.startswith("CPU_") or n.startswith("MOCK_")}
+    missing = _variables_read_by_compose() - set(documented) - cpu_only
+    assert not missing, f".env.example lacks {sorted(missing)}"
+    for name, i in documented.items():
+        assert i > 0 and lines[i - 1].startswith("#"), f".env.example: {name} has no comment above it"
+
+
+def test_cpu_only_knobs_are_documented_in_the_cpu_file():
+    text = (ROOT / "compose.cpu.yaml").read_text()
+    readme = (ROOT / "README.md").read_text() if (ROOT / "README.md").exists() else ""
+    for name in {n for n in _variables_read_by_compose() if n.startswith(("CPU_", "MOCK_"))}:
+        assert name in readme, f"{name} (CPU form) must be described in README.md"
