@@ -1,0 +1,329 @@
+"""The guard checks. Each returns None or one line that says what is wrong AND how to fix it.
+
+They read a plain mapping (the environment) and take their probes (mountinfo path, GPU counter,
+socket path) as arguments, so every check can be triggered by a test without a GPU or a bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import mountinfo
+from .train_script import TrainScriptError, resolve
+
+OPT_OUT_PHRASE = "i-accept-losing-checkpoints"
+DEFAULT_STEP_LIMIT = 12
+TUNNEL_PROVIDERS = ("cloudflared", "gradio", "direct")
+PORT_VARS = {"ENGINE_PORT": 8001, "ENV_SERVER_PORT": 8000, "CAPTURE_PORT": 8100, "TUNNEL_METRICS_PORT": 20241}
+RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Failure:
+    check: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.check}] {self.message}"
+
+
+@dataclass
+class Probes:
+    """What the checks look at on the machine. Tests replace these; production uses the defaults."""
+
+    mountinfo_path: str = "/proc/self/mountinfo"
+    docker_socket: str = "/var/run/docker.sock"
+    gpu_count: Callable[[], tuple[int, str]] | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def count_gpus() -> tuple[int, str]:
+    """(GPUs visible, how they were counted). nvidia-smi first: it needs no torch import."""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+            if out.returncode == 0:
+                return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")), "nvidia-smi"
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        import torch
+
+        return torch.cuda.device_count(), "torch.cuda"
+    except Exception:  # no torch (host venv) or a broken CUDA runtime: either way, no usable GPU
+        return 0, "no nvidia-smi and no torch"
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer: set it to a whole number (default {default})") from None
+
+
+def check_gpus(env, probes):
+    try:
+        required = _int(env, "REQUIRED_GPUS", 2)
+    except ValueError as exc:
+        return str(exc)
+    if required < 0:
+        return f"REQUIRED_GPUS={required} is negative: set it to the GPUs this host must have (2; 0 in the CPU form)"
+    if required == 0:
+        return None
+    found, how = (probes.gpu_count or count_gpus)()
+    if found < required:
+        return (
+            f"found {found} GPU(s) ({how}), need REQUIRED_GPUS={required}: run on a host with {required} GPUs and "
+            "the NVIDIA Container Toolkit (compose reserves them), or use the CPU form (REQUIRED_GPUS=0)"
+        )
+    return None
+
+
+def check_bucket_mount(env, probes):
+    bucket = env.get("BUCKET_DIR") or "/bucket"
+    opt_out = (env.get("BUCKET_NOT_A_MOUNT_OK") or "").strip()
+    if opt_out and opt_out != OPT_OUT_PHRASE:
+        return (
+            f"BUCKET_NOT_A_MOUNT_OK={opt_out!r} is not the opt-out phrase: set it to exactly {OPT_OUT_PHRASE} "
+            "(or leave it empty and mount the bucket at BUCKET_PATH)"
+        )
+    if opt_out == OPT_OUT_PHRASE:
+        return None
+    try:
+        mounts = mountinfo.read(probes.mountinfo_path)
+    except OSError as exc:
+        return f"cannot read {probes.mountinfo_path} ({exc.strerror}) to inspect {bucket}: run on Linux, or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE}"
+    ok, why = mountinfo.bucket_verdict(mounts, os.path.realpath(bucket))
+    if ok:
+        return None
+    return (
+        f"bucket {bucket} is not a real mount: {why}. Mount the bucket on the host at BUCKET_PATH "
+        f"(e.g. gcsfuse/NFS/a disk) before `docker compose up`, or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE} "
+        "to train into a plain folder"
+    )
+
+
+def check_bucket_writable(env, probes):
+    bucket = env.get("BUCKET_DIR") or "/bucket"
+    if not os.path.isdir(bucket):
+        return f"bucket {bucket} does not exist in the container: bind the host's BUCKET_PATH to {bucket}"
+    try:
+        with tempfile.NamedTemporaryFile(dir=bucket, prefix=".preflight-", delete=True) as fh:
+            fh.write(b"ok")
+            fh.flush()
+    except OSError as exc:
+        return (
+            f"bucket {bucket} is not writable ({exc.strerror}): give the container's user write access on the host "
+            f"(chown/chmod BUCKET_PATH) and mount it read-write"
+        )
+    return None
+
+
+def _under(path: str, root: str) -> bool:
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_hf_home(env, probes):
+    bucket = env.get("BUCKET_DIR") or "/bucket"
+    hf_home = env.get("HF_HOME") or ""
+    if not hf_home:
+        return f"HF_HOME is not set: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
+    if not _under(hf_home, bucket):
+        return f"HF_HOME={hf_home} is not on the bucket: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
+    return None
+
+
+def check_checkpoints(env, probes):
+    bucket = env.get("BUCKET_DIR") or "/bucket"
+    out = env.get("CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
+    if not _under(out, bucket):
+        return f"CHECKPOINT_ROOT={out} is not on the bucket: unset it (checkpoints go to {bucket}/checkpoints)"
+    return None
+
+
+def check_sandbox(env, probes):
+    sandbox = (env.get("SANDBOX") or "e2b").strip()
+    if sandbox == "e2b":
+        if not (env.get("E2B_API_KEY") or "").strip():
+            return "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker for local sandboxes"
+    elif sandbox == "docker":
+        path = probes.docker_socket
+        try:
+            is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
+        except OSError:
+            is_socket = False
+        if not is_socket:
+            return f"SANDBOX=docker needs the Docker socket at {path}: mount /var/run/docker.sock into this container, or use SANDBOX=e2b"
+    elif not sandbox:
+        return "SANDBOX is empty: set SANDBOX=e2b (production) or SANDBOX=docker (local sandboxes)"
+    return None
+
+
+def check_ports(env, probes):
+    problems = []
+    seen: dict[int, str] = {}
+    for name, default in PORT_VARS.items():
+        try:
+            port = _int(env, name, default)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if not 0 < port < 65536:
+            problems.append(f"{name}={port} is not a TCP port: pick one in 1-65535")
+            continue
+        if port in seen:
+            problems.append(f"{name} and {seen[port]} are both {port}: give each service its own port")
+            continue
+        seen[port] = name
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                problems.append(
+                    f"port {port} ({name}) is already in use on this host: stop what holds it "
+                    f"(`ss -ltnp 'sport = :{port}'`) or set {name} to a free port"
+                )
+    return "; ".join(problems) or None
+
+
+def check_named(env, probes):
+    missing = [name for name in ("MODEL", "DATASETS") if not (env.get(name) or "").strip()]
+    if missing:
+        return (
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} empty: name the model "
+            "(MODEL=Qwen/Qwen3-1.7B or a path on the bucket) and the tasks (DATASETS=/app/datasets/starter)"
+        )
+    return None
+
+
+def check_disk(env, probes):
+    try:
+        need = _int(env, "MIN_FREE_DISK_GB", 40)
+    except ValueError as exc:
+        return str(exc)
+    where = env.get("HF_HOME") or env.get("BUCKET_DIR") or "/bucket"
+    path = Path(where)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    free_gb = shutil.disk_usage(path).free / 1e9
+    if free_gb < need:
+        return (
+            f"{free_gb:.1f} GB free at {where}, need MIN_FREE_DISK_GB={need} for the model cache and checkpoints: "
+            "free space on the bucket or lower MIN_FREE_DISK_GB for a small model"
+        )
+    return None
+
+
+def check_tunnel(env, probes):
+    provider = (env.get("TUNNEL_PROVIDER") or "cloudflared").strip()
+    profiles = {p.strip() for p in (env.get("COMPOSE_PROFILES") or "").split(",") if p.strip()}
+    if provider not in TUNNEL_PROVIDERS:
+        return f"TUNNEL_PROVIDER={provider!r} is unknown: use one of {', '.join(TUNNEL_PROVIDERS)}"
+    if provider == "cloudflared" and "cloudflared" not in profiles:
+        return "TUNNEL_PROVIDER=cloudflared but COMPOSE_PROFILES does not contain cloudflared, so no tunnel would start: set COMPOSE_PROFILES=cloudflared"
+    if provider != "cloudflared" and "cloudflared" in profiles:
+        return f"TUNNEL_PROVIDER={provider} but COMPOSE_PROFILES contains cloudflared, which would start an unused public tunnel: remove cloudflared from COMPOSE_PROFILES"
+    return None
+
+
+def check_train_script(env, probes):
+    spec = (env.get("TRAIN_SCRIPT") or "").strip()
+    if not spec:
+        return None
+    try:
+        resolve(spec)
+    except TrainScriptError as exc:
+        return str(exc)
+    return None
+
+
+def check_step_limit(env, probes):
+    raw = env.get("AGENT_STEP_LIMIT")
+    if raw is None or not raw.strip():
+        return None  # unset means the stated default (12), never unlimited
+    try:
+        limit = int(raw)
+    except ValueError:
+        return f"AGENT_STEP_LIMIT={raw!r} is not an integer: set a positive number of model calls (default {DEFAULT_STEP_LIMIT})"
+    if limit <= 0:
+        return (
+            f"AGENT_STEP_LIMIT={limit} would leave rollouts unbounded (packed length grows with the square of the "
+            f"turns; 58-turn rollouts ran an 80 GiB card out of memory): set a positive limit (default {DEFAULT_STEP_LIMIT})"
+        )
+    return None
+
+
+def check_run_name(env, probes):
+    name = (env.get("RUN_NAME") or "").strip()
+    if name and not RUN_NAME_RE.match(name):
+        return f"RUN_NAME={name!r} is not a usable folder name: use letters, digits, '.', '_' and '-' (no '/'), or leave it empty for a fresh name"
+    return None
+
+
+def check_weight_transfer(env, probes):
+    import importlib.util
+
+    mode = (env.get("WEIGHT_TRANSFER") or "nccl").strip()
+    if mode == "nccl":
+        if importlib.util.find_spec("vllm") is None:
+            return "WEIGHT_TRANSFER=nccl needs vllm in the trainer image (build it FROM the vLLM image); the CPU form sets WEIGHT_TRANSFER=mock"
+    elif mode == "mock":
+        try:
+            spec = importlib.util.find_spec("mock_engine.weight_client")
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            return "WEIGHT_TRANSFER=mock needs mock_engine.weight_client (the CPU trainer image is built FROM the mock-engine image); on GPU use WEIGHT_TRANSFER=nccl"
+    else:
+        return f"WEIGHT_TRANSFER={mode!r} is unknown: use nccl (vLLM on GPU) or mock (the CPU form)"
+    return None
+
+
+# Order is the order failures are printed in: the cheapest-to-fix first.
+CHECKS: dict[str, Callable] = {
+    "gpus": check_gpus,
+    "bucket-mount": check_bucket_mount,
+    "bucket-writable": check_bucket_writable,
+    "hf-home": check_hf_home,
+    "checkpoints": check_checkpoints,
+    "disk": check_disk,
+    "sandbox": check_sandbox,
+    "ports": check_ports,
+    "named": check_named,
+    "tunnel": check_tunnel,
+    "train-script": check_train_script,
+    "step-limit": check_step_limit,
+    "run-name": check_run_name,
+    "weight-transfer": check_weight_transfer,
+}
+# Once the stack is up the engine, env server and tunnel hold these ports: only preflight checks them.
+PREFLIGHT_ONLY = {"ports"}
+
+
+def run_all(env: Mapping[str, str] | None = None, probes: Probes | None = None, phase: str = "preflight") -> list[Failure]:
+    env = os.environ if env is None else env
+    probes = probes or Probes()
+    failures = []
+    for name, check in CHECKS.items():
+        if phase != "preflight" and name in PREFLIGHT_ONLY:
+            continue
+        try:
+            message = check(env, probes)
+        except Exception as exc:  # a crashing check is itself a finding, and must not hide the others
+            message = f"check crashed ({type(exc).__name__}: {exc}): report this; the other checks still ran"
+        if message:
+            failures.append(Failure(name, message))
+    return failures

@@ -1,0 +1,100 @@
+"""Is the bucket a real mount, or the empty folder Docker made when BUCKET_PATH did not exist?
+
+From inside the container /bucket is ALWAYS a mount point (it is a bind), so `os.path.ismount` says
+nothing. What tells the two apart is the bind's source, visible in /proc/self/mountinfo:
+
+- `root` is the path of the bind's source *inside its filesystem*. A host path that was itself a mount
+  point (a gcsfuse/NFS bucket, a dedicated disk) is the root of that filesystem, so `root` is "/".
+- A network or FUSE filesystem type (fuse.gcsfuse, nfs4, cifs, ...) is a bucket whatever its root.
+- A plain folder has `root` like "/mnt/bucket" on the host's filesystem. When that filesystem is the
+  one Docker keeps its own per-container files on (/etc/hostname is bound from there), the folder
+  lives on the host's root disk: exactly what `docker compose up` leaves behind when the bucket was
+  never mounted, and checkpoints written there vanish with the VM.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_NETWORK_FSTYPES = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p", "virtiofs", "afs")
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_id: str
+    device: str  # major:minor
+    root: str
+    mount_point: str
+    fstype: str
+    source: str
+
+    @property
+    def is_network_or_fuse(self) -> bool:
+        return self.fstype.startswith("fuse") or self.fstype in _NETWORK_FSTYPES
+
+
+def _unescape(field: str) -> str:
+    # mountinfo octal-escapes space, tab, newline and backslash.
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def parse(text: str) -> list[Mount]:
+    mounts = []
+    for line in text.splitlines():
+        if " - " not in line:
+            continue
+        left, right = line.split(" - ", 1)
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 2:
+            continue
+        mounts.append(Mount(fields[0], fields[2], _unescape(fields[3]), _unescape(fields[4]), tail[0], tail[1]))
+    return mounts
+
+
+def read(path: str | os.PathLike = "/proc/self/mountinfo") -> list[Mount]:
+    return parse(Path(path).read_text())
+
+
+def mount_at(mounts: list[Mount], mount_point: str) -> Mount | None:
+    """The mount visible at `mount_point` (the last one listed wins: later mounts shadow earlier)."""
+    found = None
+    for mount in mounts:
+        if mount.mount_point == mount_point:
+            found = mount
+    return found
+
+
+def covering_mount(mounts: list[Mount], path: str) -> Mount | None:
+    """The mount whose mount point is the longest prefix of `path`."""
+    best = None
+    for mount in mounts:
+        mp = mount.mount_point.rstrip("/") or "/"
+        if path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/":
+            if best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/"):
+                best = mount
+    return best
+
+
+def bucket_verdict(mounts: list[Mount], bucket_dir: str) -> tuple[bool, str]:
+    """(is a real mount, why). `why` is a short phrase for the failure line."""
+    mount = mount_at(mounts, bucket_dir)
+    if mount is None:
+        return False, f"{bucket_dir} is not a mount point at all (nothing is bound there)"
+    if mount.fstype in ("tmpfs", "ramfs"):
+        return False, f"it is a {mount.fstype} (memory) filesystem, gone with the container or the host"
+    if mount.is_network_or_fuse:
+        return True, f"{mount.fstype} mount"
+    if mount.root == "/":
+        return True, f"the root of a {mount.fstype} filesystem ({mount.source})"
+    docker_files = mount_at(mounts, "/etc/hostname")
+    if docker_files is not None and docker_files.device == mount.device:
+        return False, (
+            f"it is the plain host folder {mount.root} on the host's root filesystem ({mount.fstype}, "
+            f"device {mount.device}): the bucket was not mounted there, so Docker created an empty folder"
+        )
+    if docker_files is None:
+        return False, f"it is the plain folder {mount.root} of a {mount.fstype} filesystem, not a mount of its own"
+    # A folder on another local disk than Docker's: persistent, not the empty-folder accident.
+    return True, f"folder {mount.root} on a separate {mount.fstype} filesystem ({mount.source})"

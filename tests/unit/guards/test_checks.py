@@ -1,0 +1,285 @@
+"""Every guard triggered for real, with its message checked (host venv, no Docker, no GPU).
+
+The mountinfo lines are copied from real containers on this host (`docker run -v /tmp/x:/bucket ...`,
+`--tmpfs /bucket`) and from a gcsfuse bucket bound the way compose does it.
+"""
+
+import http.server
+import socket
+import threading
+
+import pytest
+
+from guards import checks, mountinfo
+from guards.checks import OPT_OUT_PHRASE, Probes, run_all
+
+HOSTNAME_LINE = (
+    "117 51 254:0 /var/lib/docker/containers/1c4b/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw,discard\n"
+)
+PLAIN_FOLDER = "114 51 254:0 /tmp/plainbucket /bucket rw,relatime - ext4 /dev/vda rw,discard\n" + HOSTNAME_LINE
+GCSFUSE = "120 51 0:61 / /bucket rw,nosuid,nodev,relatime - fuse.gcsfuse my-bucket rw,user_id=0\n" + HOSTNAME_LINE
+DISK_ROOT = "121 51 8:17 / /bucket rw,relatime - xfs /dev/sdb1 rw\n" + HOSTNAME_LINE
+TMPFS = "122 51 0:70 / /bucket rw,nosuid,nodev - tmpfs tmpfs rw\n" + HOSTNAME_LINE
+NOTHING = HOSTNAME_LINE
+
+
+def good_env(tmp_path, **over):
+    bucket = tmp_path / "bucket"
+    bucket.mkdir(exist_ok=True)
+    env = {
+        "BUCKET_DIR": str(bucket),
+        "HF_HOME": str(bucket / "hf-home"),
+        "REQUIRED_GPUS": "2",
+        "SANDBOX": "e2b",
+        "E2B_API_KEY": "e2b_test",
+        "TUNNEL_PROVIDER": "cloudflared",
+        "COMPOSE_PROFILES": "cloudflared",
+        "MODEL": "Qwen/Qwen3-1.7B",
+        "DATASETS": "/app/datasets/starter",
+        "MIN_FREE_DISK_GB": "0",
+        "AGENT_STEP_LIMIT": "12",
+        "WEIGHT_TRANSFER": "nccl",
+    }
+    for name, port in zip(checks.PORT_VARS, free_ports(4), strict=True):
+        env[name] = str(port)
+    env.update(over)
+    return env
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def probes_for(tmp_path, mount_text, gpus=2):
+    info = tmp_path / "mountinfo"
+    info.write_text(mount_text.replace(" /bucket ", f" {tmp_path / 'bucket'} "))
+    return Probes(mountinfo_path=str(info), gpu_count=lambda: (gpus, "test counter"))
+
+
+def failures(env, probes, phase="preflight"):
+    # weight-transfer depends on the image (vllm / mock_engine); it has its own tests below.
+    return {f.check: f.message for f in run_all(env, probes, phase) if f.check != "weight-transfer"}
+
+
+def test_a_good_configuration_passes(tmp_path):
+    assert failures(good_env(tmp_path), probes_for(tmp_path, GCSFUSE)) == {}
+
+
+def test_all_failures_are_reported_together(tmp_path):
+    env = good_env(tmp_path, E2B_API_KEY="", MODEL="", COMPOSE_PROFILES="")
+    found = failures(env, probes_for(tmp_path, PLAIN_FOLDER, gpus=1))
+    assert set(found) == {"gpus", "bucket-mount", "sandbox", "named", "tunnel"}
+
+
+def test_gpu_count(tmp_path):
+    msg = failures(good_env(tmp_path), probes_for(tmp_path, GCSFUSE, gpus=1))["gpus"]
+    assert "found 1 GPU(s)" in msg and "REQUIRED_GPUS=2" in msg and "REQUIRED_GPUS=0" in msg
+
+
+def test_gpu_count_real_probe_on_this_gpu_less_host(tmp_path):
+    # No probe injected: nvidia-smi/torch are really asked, and this host has no GPU.
+    probes = probes_for(tmp_path, GCSFUSE)
+    probes.gpu_count = None
+    assert "found 0 GPU(s)" in failures(good_env(tmp_path), probes)["gpus"]
+
+
+def test_cpu_form_needs_no_gpu(tmp_path):
+    assert "gpus" not in failures(good_env(tmp_path, REQUIRED_GPUS="0"), probes_for(tmp_path, GCSFUSE, gpus=0))
+
+
+def test_bucket_that_docker_created_as_an_empty_folder(tmp_path):
+    msg = failures(good_env(tmp_path), probes_for(tmp_path, PLAIN_FOLDER))["bucket-mount"]
+    assert "not a real mount" in msg and "/tmp/plainbucket" in msg and "root filesystem" in msg
+    assert "BUCKET_PATH" in msg and OPT_OUT_PHRASE in msg
+
+
+@pytest.mark.parametrize("text", [NOTHING, TMPFS])
+def test_bucket_not_bound_or_in_memory(tmp_path, text):
+    assert "not a real mount" in failures(good_env(tmp_path), probes_for(tmp_path, text))["bucket-mount"]
+
+
+@pytest.mark.parametrize("text", [GCSFUSE, DISK_ROOT])
+def test_real_buckets_pass(tmp_path, text):
+    assert "bucket-mount" not in failures(good_env(tmp_path), probes_for(tmp_path, text))
+
+
+def test_opt_out_needs_the_exact_phrase(tmp_path):
+    probes = probes_for(tmp_path, PLAIN_FOLDER)
+    msg = failures(good_env(tmp_path, BUCKET_NOT_A_MOUNT_OK="yes"), probes)["bucket-mount"]
+    assert "'yes' is not the opt-out phrase" in msg and OPT_OUT_PHRASE in msg
+    assert "bucket-mount" not in failures(good_env(tmp_path, BUCKET_NOT_A_MOUNT_OK=OPT_OUT_PHRASE), probes)
+
+
+def test_bucket_not_writable(tmp_path):
+    # /proc/self is a directory nobody may create files in, root included (these tests may run as root,
+    # for whom chmod does not bite).
+    msg = failures(good_env(tmp_path, BUCKET_DIR="/proc/self"), probes_for(tmp_path, GCSFUSE))["bucket-writable"]
+    assert "not writable" in msg and "chown" in msg
+
+
+def test_bucket_missing(tmp_path):
+    msg = failures(good_env(tmp_path, BUCKET_DIR=str(tmp_path / "none")), probes_for(tmp_path, GCSFUSE))
+    assert "does not exist in the container" in msg["bucket-writable"]
+
+
+def test_hf_home_off_the_bucket(tmp_path):
+    msg = failures(good_env(tmp_path, HF_HOME="/root/.cache/huggingface"), probes_for(tmp_path, GCSFUSE))["hf-home"]
+    assert "not on the bucket" in msg and "hf-home" in msg
+
+
+def test_checkpoints_off_the_bucket(tmp_path):
+    msg = failures(good_env(tmp_path, CHECKPOINT_ROOT="/tmp/ckpt"), probes_for(tmp_path, GCSFUSE))["checkpoints"]
+    assert "not on the bucket" in msg
+
+
+def test_e2b_without_key(tmp_path):
+    msg = failures(good_env(tmp_path, E2B_API_KEY=""), probes_for(tmp_path, GCSFUSE))["sandbox"]
+    assert "E2B_API_KEY" in msg and "SANDBOX=docker" in msg
+
+
+def test_docker_sandbox_without_socket(tmp_path):
+    probes = probes_for(tmp_path, GCSFUSE)
+    probes.docker_socket = str(tmp_path / "no.sock")
+    msg = failures(good_env(tmp_path, SANDBOX="docker"), probes)["sandbox"]
+    assert "docker.sock" in msg
+
+
+def test_docker_sandbox_with_a_real_socket(tmp_path):
+    path = tmp_path / "d.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        probes = probes_for(tmp_path, GCSFUSE)
+        probes.docker_socket = str(path)
+        assert "sandbox" not in failures(good_env(tmp_path, SANDBOX="docker"), probes)
+
+
+def test_port_in_use(tmp_path):
+    env = good_env(tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", int(env["CAPTURE_PORT"])))
+        holder.listen()
+        msg = failures(env, probes_for(tmp_path, GCSFUSE))["ports"]
+        assert f"port {env['CAPTURE_PORT']} (CAPTURE_PORT) is already in use" in msg
+        # The trainer runs after the stack holds its ports: it skips this check.
+        assert "ports" not in failures(env, probes_for(tmp_path, GCSFUSE), phase="trainer")
+
+
+def test_two_services_on_one_port(tmp_path):
+    env = good_env(tmp_path)
+    env["ENGINE_PORT"] = env["CAPTURE_PORT"]
+    assert "both" in failures(env, probes_for(tmp_path, GCSFUSE))["ports"]
+
+
+def test_model_and_dataset_named(tmp_path):
+    msg = failures(good_env(tmp_path, DATASETS=" "), probes_for(tmp_path, GCSFUSE))["named"]
+    assert msg.startswith("DATASETS is empty")
+
+
+def test_disk_space(tmp_path):
+    msg = failures(good_env(tmp_path, MIN_FREE_DISK_GB="100000"), probes_for(tmp_path, GCSFUSE))["disk"]
+    assert "need MIN_FREE_DISK_GB=100000" in msg
+
+
+@pytest.mark.parametrize(
+    ("provider", "profiles", "needle"),
+    [("cloudflared", "", "does not contain cloudflared"), ("direct", "cloudflared", "remove cloudflared"),
+     ("gradio", "x,cloudflared", "remove cloudflared"), ("ngrok", "", "unknown")],
+)
+def test_tunnel_profile(tmp_path, provider, profiles, needle):
+    env = good_env(tmp_path, TUNNEL_PROVIDER=provider, COMPOSE_PROFILES=profiles)
+    assert needle in failures(env, probes_for(tmp_path, GCSFUSE))["tunnel"]
+
+
+def test_direct_without_tunnel_profile_passes(tmp_path):
+    env = good_env(tmp_path, TUNNEL_PROVIDER="direct", COMPOSE_PROFILES="")
+    assert "tunnel" not in failures(env, probes_for(tmp_path, GCSFUSE))
+
+
+@pytest.mark.parametrize(("value", "needle"), [("0", "unbounded"), ("-3", "unbounded"), ("many", "not an integer")])
+def test_step_limit_never_silently_unlimited(tmp_path, value, needle):
+    msg = failures(good_env(tmp_path, AGENT_STEP_LIMIT=value), probes_for(tmp_path, GCSFUSE))["step-limit"]
+    assert needle in msg and "default 12" in msg
+
+
+def test_bad_run_name(tmp_path):
+    msg = failures(good_env(tmp_path, RUN_NAME="../etc"), probes_for(tmp_path, GCSFUSE))["run-name"]
+    assert "not a usable folder name" in msg
+
+
+@pytest.fixture
+def web(tmp_path):
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "train.py").write_text("print('custom trainer')\n")
+    (tmp_path / "www" / "page.html").write_text("<!DOCTYPE html><html></html>")
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(tmp_path / "www"), **kw)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("path", "needle"), [("/gone.py", "HTTP 404"), ("/page.html", "HTML page"), ("/train.py", None)]
+)
+def test_train_script_url(tmp_path, web, path, needle):
+    found = failures(good_env(tmp_path, TRAIN_SCRIPT=web + path), probes_for(tmp_path, GCSFUSE))
+    if needle is None:
+        assert "train-script" not in found
+    else:
+        assert needle in found["train-script"] and "unset TRAIN_SCRIPT" in found["train-script"]
+
+
+def test_train_script_unreachable_fails_fast(tmp_path):
+    port = free_ports(1)[0]
+    msg = failures(good_env(tmp_path, TRAIN_SCRIPT=f"http://127.0.0.1:{port}/t.py"), probes_for(tmp_path, GCSFUSE))
+    assert "cannot be fetched" in msg["train-script"]
+
+
+def test_train_script_path(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def broken(:\n")
+    probes = probes_for(tmp_path, GCSFUSE)
+    assert "not valid Python (line 1" in failures(good_env(tmp_path, TRAIN_SCRIPT=str(bad)), probes)["train-script"]
+    missing = failures(good_env(tmp_path, TRAIN_SCRIPT=str(tmp_path / "none.py")), probes)["train-script"]
+    assert "not a file inside the container" in missing
+    assert "scheme 'ftp'" in failures(good_env(tmp_path, TRAIN_SCRIPT="ftp://x/t.py"), probes)["train-script"]
+
+
+def test_weight_transfer_modes(tmp_path):
+    probes = probes_for(tmp_path, GCSFUSE)
+    by = lambda mode: {f.check: f.message for f in run_all(good_env(tmp_path, WEIGHT_TRANSFER=mode), probes)}
+    assert "unknown" in by("gloo")["weight-transfer"]
+    # The host venv has neither vllm nor the mock engine: both real modes name the image to build from.
+    assert "FROM the vLLM image" in by("nccl")["weight-transfer"]
+    assert "mock-engine image" in by("mock")["weight-transfer"]
+
+
+def test_preflight_command_lists_every_problem(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "BUCKET_DIR": str(tmp_path / "nope"), "MODEL": ""}
+    out = subprocess.run([sys.executable, "-m", "guards"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if line.startswith("  [")]
+    assert len(lines) >= 3 and any("[named]" in line for line in lines)
+
+
+def test_mountinfo_parses_escaped_paths():
+    line = r"5 1 8:1 /my\040bucket /bucket rw - ext4 /dev/sda1 rw"
+    (mount,) = mountinfo.parse(line)
+    assert mount.root == "/my bucket" and mount.fstype == "ext4"
