@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+wc -l < /app/data.txt > /app/line_count.txt

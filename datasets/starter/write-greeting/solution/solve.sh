@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+printf 'Hello from the starter set!\n' > /app/greeting.txt

@@ -1,0 +1,267 @@
+"""Startup checks: each returns what is usable, or raises `ConfigError` with the one line that names the fix.
+
+Fatal: a dataset that does not resolve, a sandbox backend that cannot work (SANDBOX=e2b without a key,
+SANDBOX=docker without a daemon or without TRIALS_DIR mounted at its own path), a wheelhouse that is
+not there. Not fatal: the engine. It starts in parallel with this server and every rollout names its
+engine, so an engine that is not up yet is reported and re-probed when a rollout starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .settings import DEFAULT_DATASET, ConfigError, Settings
+
+
+# --- datasets -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DatasetStatus:
+    spec: str
+    num_tasks: int
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith(("/", ".", "~"))
+
+
+def check_datasets(specs: tuple[str, ...]) -> list[DatasetStatus]:
+    """Resolve every dataset with OpenEnv's own resolver (Hub id, `name@version`, or a folder)."""
+    from openenv.harbor.tasks import resolve_task_dirs
+
+    found: list[DatasetStatus] = []
+    for spec in specs:
+        if _looks_like_path(spec) and not Path(spec).expanduser().is_dir():
+            # Without this, OpenEnv would treat a mistyped folder as a Harbor registry name and fail
+            # later with a registry error that never mentions the path.
+            raise ConfigError(
+                f"DATASETS entry {spec!r} is not a folder inside env-server: fix DATASETS in .env "
+                f"(default {DEFAULT_DATASET}) or mount that folder into the env-server container"
+            )
+        try:
+            dirs = resolve_task_dirs(spec)
+        except Exception as exc:  # noqa: BLE001 - any failure here is a dataset the server cannot serve
+            detail = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"DATASETS entry {spec!r} did not resolve ({type(exc).__name__}: {detail}); fix DATASETS "
+                "in .env: a local folder of Harbor tasks, a Hub dataset id (needs HF_TOKEN for a private "
+                "one), or a Harbor registry name@version"
+            ) from None
+        found.append(DatasetStatus(spec, len(dirs)))
+    return found
+
+
+# --- sandbox backend ------------------------------------------------------------------------------
+
+@dataclass
+class SandboxReport:
+    backend: str
+    lines: list[str] = field(default_factory=list)
+
+
+def _mount_points() -> set[str]:
+    try:
+        text = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return set()
+    # Field 5 is the mount point, with spaces escaped as \040.
+    return {line.split()[4].replace("\\040", " ") for line in text.splitlines() if len(line.split()) > 4}
+
+
+def in_container() -> bool:
+    return Path("/.dockerenv").exists()
+
+
+def check_trials_dir(trials_dir: str, *, containerised: bool, mounts: set[str] | None = None) -> str:
+    """TRIALS_DIR must be writable, and inside a container it must be a bind mount.
+
+    Harbor bind-mounts each trial's log folders into the sandbox, and the host daemon resolves those
+    paths on the HOST. Unless TRIALS_DIR is mounted at the same absolute path on both sides, the
+    verifier writes its reward into a host folder this process never sees: every rollout unscorable.
+    """
+    path = Path(trials_dir)
+    if containerised:
+        mounts = _mount_points() if mounts is None else mounts
+        if str(path) not in mounts:
+            raise ConfigError(
+                f"SANDBOX=docker drives the host's Docker daemon, which resolves Harbor's bind mounts on the "
+                f"host, but TRIALS_DIR={trials_dir} is not mounted into env-server: add the volume "
+                f"'{trials_dir}:{trials_dir}' (same absolute path on both sides) to env-server"
+            )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"TRIALS_DIR={trials_dir} is not writable by env-server ({exc.strerror}); fix the folder's "
+            "owner on the host or point TRIALS_DIR elsewhere"
+        ) from None
+    return f"trials    {trials_dir} (writable{', same path on host' if containerised else ''})"
+
+
+def _run(cmd: list[str], timeout: float = 15.0) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def check_docker() -> str:
+    """The docker CLI, compose v2, and a daemon that answers."""
+    if shutil.which("docker") is None:
+        raise ConfigError("SANDBOX=docker needs the docker CLI in env-server: rebuild images/env-server")
+    try:
+        info = _run(["docker", "info", "--format", "{{.ServerVersion}}"])
+    except subprocess.TimeoutExpired:
+        info = None
+    if info is None or info.returncode != 0:
+        detail = " ".join(((info.stderr if info else "") or "timed out").split())[:160]
+        raise ConfigError(
+            "SANDBOX=docker but the Docker daemon does not answer from env-server "
+            f"({detail}): mount /var/run/docker.sock into env-server (compose.cpu.yaml does)"
+        )
+    compose = _run(["docker", "compose", "version", "--short"])
+    if compose.returncode != 0:
+        raise ConfigError(
+            "SANDBOX=docker needs the compose v2 plugin (`docker compose`) in env-server: rebuild images/env-server"
+        )
+    return f"docker    daemon {info.stdout.strip()}, compose {compose.stdout.strip()}"
+
+
+def check_sandbox(settings: Settings, *, containerised: bool | None = None) -> SandboxReport:
+    report = SandboxReport(settings.sandbox)
+    if settings.sandbox == "e2b":
+        if not settings.e2b_key_set:
+            raise ConfigError(
+                "SANDBOX=e2b needs E2B_API_KEY: set E2B_API_KEY in .env (from your E2B dashboard), "
+                "or set SANDBOX=docker to run sandboxes on this host"
+            )
+        report.lines.append("e2b       E2B_API_KEY is set (not validated until the first sandbox)")
+    elif settings.sandbox == "docker":
+        report.lines.append(check_docker())
+        containerised = in_container() if containerised is None else containerised
+        report.lines.append(check_trials_dir(settings.trials_dir, containerised=containerised))
+    if settings.agent_install == "wheelhouse":
+        wheels = sorted(Path(settings.wheelhouse_dir).glob("mini_swe_agent-*.whl"))
+        if not wheels:
+            raise ConfigError(
+                f"AGENT_INSTALL=wheelhouse but {settings.wheelhouse_dir} holds no mini_swe_agent wheel: "
+                f"run `pip download mini-swe-agent==2.4.6 -d <dir>` for the sandbox's Python and mount it "
+                f"at WHEELHOUSE_DIR, or use AGENT_INSTALL=preinstalled"
+            )
+        report.lines.append(f"agent     wheelhouse {settings.wheelhouse_dir} ({wheels[-1].name})")
+    return report
+
+
+# --- engine ---------------------------------------------------------------------------------------
+
+@dataclass
+class EngineStatus:
+    url: str
+    reachable: bool
+    model: str = ""
+    capture_level: str = ""
+    rollout_type: str = ""
+    detail: str = ""
+    findings: list[str] = field(default_factory=list)
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        if not self.reachable:
+            return (
+                f"engine    {self.url} not reachable yet ({self.detail}); serving anyway: each rollout "
+                "re-probes its engine. If it never comes up, start the engine service or fix ENGINE_URL"
+            )
+        tier = "TRAIN" if self.rollout_type == "train" else "EVAL ONLY"
+        return f"engine    {self.url} model={self.model} capture_level={self.capture_level} [{tier}]"
+
+
+def engine_reachable(url: str, timeout: float = 5.0) -> tuple[bool, str, list[str]]:
+    """(answers, why-not, served models) from `GET <url>/models`: cheap enough for every rollout."""
+    from openenv.core.harness.capture.upstream import openai_api_base
+
+    try:
+        resp = httpx.get(f"{openai_api_base(url)}/models", timeout=timeout)
+    except httpx.HTTPError as exc:
+        return False, f"{type(exc).__name__}: {exc}"[:160], []
+    if resp.status_code != 200:
+        return False, f"HTTP {resp.status_code} from /models", []
+    try:
+        served = [m.get("id", "") for m in resp.json().get("data", [])]
+    except ValueError:
+        return False, "/models did not return JSON", []
+    return True, "", served
+
+
+def pick_model(wanted: str, served: list[str]) -> str:
+    if wanted in served or not served:
+        return wanted
+    return served[0] if len(served) == 1 else wanted
+
+
+def probe_engine(url: str, model: str, timeout: float = 5.0) -> EngineStatus:
+    """Reachability, then OpenEnv's own engine probe (the one that grades train vs eval)."""
+    ok, why, served = engine_reachable(url, timeout)
+    if not ok:
+        return EngineStatus(url=url, reachable=False, detail=why)
+    model = pick_model(model, served)
+    from openenv.core.harness.capture.validate_llm import validate_llm
+
+    try:
+        report = validate_llm(url, model)
+    except Exception as exc:  # noqa: BLE001 - a probe failure is a status, never a crash
+        return EngineStatus(url=url, reachable=False, model=model, detail=f"probe failed: {exc}"[:160])
+    return EngineStatus(
+        url=url,
+        reachable=bool(report.reachable),
+        model=report.model or model,
+        capture_level=report.capture_level or "text",
+        rollout_type=report.rollout_type or "eval",
+        detail="" if report.reachable else "probe got no answer",
+        findings=[str(f) for f in report.findings if not str(f).startswith("[INFO]")],
+        report={
+            "url": url,
+            "model": report.model or model,
+            "ok": report.ok,
+            "findings": report.findings,
+            "served_models": report.served_models,
+            "capture_level": report.capture_level,
+            "rollout_type": report.rollout_type,
+            "trainable": report.trainable,
+            "reachable": report.reachable,
+            "logprobs_mode": report.logprobs_mode,
+            "tool_support": report.tool_support,
+            "authenticated": False,
+        },
+    )
+
+
+# --- tunnel hand-off ------------------------------------------------------------------------------
+
+def handoff_line(handoff_dir: str) -> str:
+    import handoff
+
+    doc = handoff.read_raw(handoff_dir)
+    verified = handoff.read(handoff_dir)
+    if verified is not None:
+        return (
+            f"tunnel    verified {verified.url} (provider {verified.provider}, checked "
+            f"{verified.age_s():.0f}s ago): rollouts advertise it to sandboxes"
+        )
+    state = doc.get("state") or "none"
+    if state == "withdrawn":
+        why = f"withdrawn: {doc.get('reason', '')}"
+    elif state == "unreadable":
+        why = f"hand-off unreadable: {doc.get('reason', '')}"
+    else:
+        why = "no URL verified yet"
+    return (
+        f"tunnel    {why}; rollouts are refused until tunnel-check verifies the capture proxy's "
+        f"public URL (hand-off {os.path.join(handoff_dir, handoff.FILENAME)})"
+    )

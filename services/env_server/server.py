@@ -1,0 +1,193 @@
+"""Boot: check, report, serve. OpenEnv's harbor server, with our bind addresses and our admission.
+
+Same order as OpenEnv's `serve_harbor`: startup checks, capture proxy, then the Task API + MCP app
+(OpenEnv's `create_app` around a HarborEnvironment). Differences, each for a contract in DESIGN.md:
+the proxy binds CAPTURE_HOST (capture.py), the advertised URL is the verified hand-off (capture.py,
+rollouts.py), an unreachable engine is reported and never fatal, and SIGTERM closes in-flight
+sandboxes before the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from typing import Any
+
+from .settings import ConfigError, Settings
+
+log = logging.getLogger("env_server")
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def fail(line: str) -> None:
+    say(f"env-server: cannot start: {line}")
+    sys.exit(2)
+
+
+def build_app(service: Any, settings: Settings, llm: dict[str, Any]) -> Any:
+    """OpenEnv's `serving.build_app`, with the gated environment class and without the Gradio UI
+    (the Task API is loopback-only here; nobody browses it)."""
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.mcp_environment import CallToolAction, CallToolObservation
+    from openenv.harbor.models import HarborState
+    from openenv.harbor.serving import SameOrigin
+
+    from .rollouts import GatedHarborEnvironment
+
+    GatedHarborEnvironment.configure(
+        datasets=list(settings.datasets), llm_url=settings.engine_url, model=service.model, llm=llm
+    )
+    app = create_app(
+        GatedHarborEnvironment,
+        CallToolAction,
+        CallToolObservation,
+        state_cls=HarborState,
+        env_name="harbor_env",
+        max_concurrent_envs=settings.max_concurrent_envs,
+    )
+    app.add_middleware(SameOrigin)
+    return app
+
+
+def make_server(app: Any, settings: Settings, service: Any, inflight: Any):
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        """SIGTERM/SIGINT: refuse new rollouts, cancel running ones so Harbor stops their sandboxes,
+        wait up to SHUTDOWN_GRACE_S, then stop both servers. A second signal exits at once."""
+
+        _loop: asyncio.AbstractEventLoop | None = None
+        _draining = False
+
+        async def startup(self, sockets=None) -> None:
+            self._loop = asyncio.get_running_loop()
+            await super().startup(sockets)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self._draining or self._loop is None:
+                self.should_exit = True
+                self.force_exit = self._draining
+                return
+            self._draining = True
+            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain(sig)))
+
+        async def _drain(self, sig: int) -> None:
+            n = len(inflight)
+            say(f"shutdown  signal {sig}: closing {n} in-flight rollout(s) (grace {settings.shutdown_grace_s:.0f}s)")
+            cancelled, left = await inflight.drain(settings.shutdown_grace_s)
+            if left:
+                say(
+                    f"shutdown  {len(left)} rollout(s) still closing at the deadline: {', '.join(left)}; "
+                    "their sandboxes may outlive this process (E2B: list them with `e2b sandbox list`)"
+                )
+            else:
+                say(f"shutdown  {cancelled} rollout(s) cancelled, every sandbox closed")
+            service.stop()
+            self.should_exit = True
+
+    config = uvicorn.Config(
+        app,
+        host=settings.env_server_host,
+        port=settings.env_server_port,
+        log_level="info",
+        # Idle MCP websockets from the trainer must not hold the exit once the rollouts are closed.
+        timeout_graceful_shutdown=5,
+    )
+    return DrainingServer(config)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    say("env-server: starting (OpenEnv harbor server; Task API + MCP, capture proxy)")
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        fail(str(exc))
+
+    from . import checks
+
+    lines: list[str] = []
+    try:
+        datasets = checks.check_datasets(settings.datasets)
+        sandbox = checks.check_sandbox(settings)
+    except ConfigError as exc:
+        fail(str(exc))
+    for d in datasets:
+        lines.append(f"dataset   {d.spec}: {d.num_tasks} tasks")
+    lines.append(f"sandbox   {settings.sandbox}")
+    lines += sandbox.lines
+
+    # Harbor is imported from here on (it is slow to import, and not needed to fail fast above).
+    from . import agent_install
+
+    lines.append(agent_install.apply(settings.agent_install, settings.wheelhouse_dir))
+    os.environ["OPENENV_HARBOR_TRIALS_DIR"] = settings.trials_dir
+
+    engine = checks.probe_engine(settings.engine_url, settings.model)
+    lines.append(engine.line())
+    lines += [f"          {f}" for f in engine.findings]
+
+    from openenv.harbor.capabilities import capabilities
+    from openenv.harbor.serving import HarborService
+
+    from .capture import LoopbackHarborService
+    from .rollouts import GatedHarborEnvironment, Inflight
+
+    service = LoopbackHarborService(
+        capture_host=settings.capture_host,
+        handoff_dir=settings.handoff_dir,
+        llm_url=settings.engine_url,
+        model=engine.model or settings.model,
+        datasets=list(settings.datasets),
+        capture_port=settings.capture_port,
+        api_key=os.environ.get("OPENENV_LLM_API_KEY") or None,
+        # Tokens only when the engine was measured at it; rollouts re-probe their engine anyway.
+        capture_level=engine.capture_level or "text",
+        max_output_tokens=settings.max_output_tokens or None,
+    )
+    try:
+        where = service.start()
+    except RuntimeError as exc:
+        fail(str(exc))
+    HarborService.set_current(service)
+    key = "from OPENENV_CAPTURE_ADMIN_KEY" if settings.admin_key_set else "random per process (routes locked)"
+    lines.append(f"capture   proxy {where} instance={service.instance_id}; admin key {key}")
+    if settings.capture_host not in ("127.0.0.1", "localhost", "::1"):
+        lines.append(f"          CAPTURE_HOST={settings.capture_host}: the proxy is reachable beyond loopback on purpose")
+    lines.append(checks.handoff_line(settings.handoff_dir))
+    lines.append(
+        f"task api  http://{settings.env_server_host}:{settings.env_server_port}/harbor_env/splits "
+        f"(MCP at /mcp; MAX_CONCURRENT_ENVS={settings.max_concurrent_envs}, "
+        f"MAX_INFLIGHT_ROLLOUTS={settings.max_inflight_rollouts})"
+    )
+    lines += [f"note      {n}" for n in settings.notes]
+
+    inflight = Inflight()
+    GatedHarborEnvironment.configure_gate(
+        sandbox=settings.sandbox,
+        engine_url=settings.engine_url,
+        model=service.model,
+        handoff_dir=settings.handoff_dir,
+        inflight=inflight,
+    )
+    app = build_app(service, settings, engine.report)
+
+    # OpenEnv's own report (Harbor's preflight for the sandbox, datasets, validated harnesses), then ours.
+    caps = capabilities(datasets=list(settings.datasets), llm=engine.report, sandboxes=(settings.sandbox,))
+    say(caps.render())
+    say("\n=== env-server startup report ===")
+    for line in lines:
+        say(line)
+    say("=================================\n")
+
+    server = make_server(app, settings, service, inflight)
+    try:
+        server.run()
+    finally:
+        service.stop()
+    say("env-server: stopped")
