@@ -1,0 +1,169 @@
+"""Drive the CPU form under `docker compose` for the smoke test: bring it up, record what happened
+(Docker's own event stream and memory samples, not our services' word for it), and tear it down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "asyncgrpo-smoke"
+
+
+def run(args: list[str], *, check: bool = True, timeout: float | None = None, env: dict | None = None,
+        capture: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(args, capture_output=capture, text=True, timeout=timeout, env=env, check=False)
+    if check and out.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {out.returncode}\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+@dataclass
+class Stack:
+    env_file: Path
+    env: dict[str, str]
+    events: list[dict] = field(default_factory=list)
+    peak_mem_bytes: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _events_proc: subprocess.Popen | None = None
+
+    def compose(self, *args: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
+        base = ["docker", "compose", "--project-directory", str(ROOT), "-p", PROJECT,
+                "-f", str(ROOT / "compose.yaml"), "-f", str(ROOT / "compose.cpu.yaml"),
+                "--env-file", str(self.env_file)]
+        return run(base + list(args), check=check, timeout=timeout, env=self.env)
+
+    # --- what Docker saw -------------------------------------------------------------------
+    def start_recording(self) -> None:
+        """Docker's event stream for this project: starts, deaths, health transitions, with times."""
+        self._events_proc = subprocess.Popen(
+            ["docker", "events", "--format", "{{json .}}",
+             "--filter", f"label=com.docker.compose.project={PROJECT}", "--filter", "type=container"],
+            stdout=subprocess.PIPE, text=True,
+        )
+
+        def read_events() -> None:
+            assert self._events_proc and self._events_proc.stdout
+            for line in self._events_proc.stdout:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                attrs = event.get("Actor", {}).get("Attributes", {})
+                self.events.append({
+                    "service": attrs.get("com.docker.compose.service", "?"),
+                    "status": event.get("status") or event.get("Action", ""),
+                    "time": event.get("timeNano", 0) / 1e9,
+                    "exitCode": attrs.get("exitCode"),
+                })
+
+        def sample_memory() -> None:
+            while not self._stop.wait(2.0):
+                out = run(["docker", "stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}"], check=False)
+                total = sum(_bytes(line.split()[1]) for line in out.stdout.splitlines()
+                            if line.startswith(PROJECT) and len(line.split()) > 1)
+                self.peak_mem_bytes = max(self.peak_mem_bytes, total)
+
+        for target in (read_events, sample_memory):
+            t = threading.Thread(target=target, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop_recording(self) -> None:
+        self._stop.set()
+        if self._events_proc:
+            self._events_proc.terminate()
+
+    def first(self, service: str, status: str) -> float | None:
+        times = [e["time"] for e in self.events if e["service"] == service and e["status"].startswith(status)]
+        return min(times) if times else None
+
+    # --- waiting on state, never sleeping --------------------------------------------------
+    def container(self, service: str) -> dict:
+        out = self.compose("ps", "--all", "--format", "json", service, check=False)
+        rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip().startswith("{")]
+        return rows[0] if rows else {}
+
+    def wait_for(self, what: str, predicate, timeout_s: float, poll_s: float = 2.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(poll_s)
+        raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+    def health(self, service: str) -> str:
+        return self.container(service).get("Health", "")
+
+    def state(self, service: str) -> tuple[str, int | None]:
+        row = self.container(service)
+        return row.get("State", ""), row.get("ExitCode")
+
+    def diagnostics(self) -> str:
+        ps = self.compose("ps", "--all", check=False).stdout
+        logs = self.compose("logs", "--no-color", "--tail", "200", check=False).stdout
+        return f"--- docker compose ps ---\n{ps}\n--- docker compose logs (last 200 per service) ---\n{logs}"
+
+
+def _bytes(text: str) -> int:
+    units = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            try:
+                return int(float(text[: -len(unit)]) * units[unit])
+            except ValueError:
+                return 0
+    return 0
+
+
+def listening_sockets() -> set[tuple[str, int]]:
+    """(address, port) of every TCP listener on the host, from the kernel's own table."""
+    sockets = set()
+    for table, family in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] != "0A":  # LISTEN
+                continue
+            addr_hex, port_hex = cols[1].split(":")
+            sockets.add((_addr(addr_hex, family), int(port_hex, 16)))
+    return sockets
+
+
+def _addr(hex_addr: str, family: int) -> str:
+    import ipaddress
+
+    raw = bytes.fromhex(hex_addr)
+    if family == 4:
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    # /proc/net/tcp6 stores four little-endian 32-bit words.
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    addr = ipaddress.IPv6Address(words)
+    return str(addr.ipv4_mapped or addr)
+
+
+def docker_objects() -> dict[str, set[str]]:
+    """Containers, networks and volumes on this daemon, by name, to diff before and after."""
+    def names(args: list[str]) -> set[str]:
+        return set(run(args, check=False).stdout.split())
+    return {
+        "containers": names(["docker", "ps", "-a", "--format", "{{.Names}}"]),
+        "networks": names(["docker", "network", "ls", "--format", "{{.Name}}"]),
+        "volumes": names(["docker", "volume", "ls", "--format", "{{.Name}}"]),
+    }
+
+
+def clean_env() -> dict[str, str]:
+    """The caller's environment without anything that would reconfigure the stack behind our back."""
+    keep = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG", "TMPDIR", "LANG")
+    return {k: v for k, v in os.environ.items() if k in keep}

@@ -1,0 +1,193 @@
+"""The stack's promise, checked by bringing it up: `docker compose up` of the CPU form starts every
+service in the designed order and training happens, through the same paths production uses.
+
+Real here: Docker Compose, every image, OpenEnv's capture proxy, Harbor's docker sandboxes running
+mini-swe-agent, tunnel-check, TRL's trainer. Stand-ins (and only because the real part cannot be
+reached from CI): the mock engine for vLLM (no GPU), the tunnel stand-in for cloudflared (no
+Cloudflare), local docker sandboxes for E2B (no E2B), a folder for the bucket.
+
+Waits are on Docker's health states and the trainer's exit, never sleeps. On failure the test prints
+`docker compose ps` and the logs. It prints time from `up` to the first training step, total wall
+time and the stack's peak memory.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from stack import PROJECT, ROOT, Stack, clean_env, docker_objects, listening_sockets, run
+
+UP_TIMEOUT_S = 30 * 60
+TRAIN_TIMEOUT_S = 30 * 60
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    run_dir = ROOT / ".run" / "smoke"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    bucket = run_dir / "bucket"
+    trials = Path("/tmp") / f"{PROJECT}-trials"
+    shutil.rmtree(trials, ignore_errors=True)
+    bucket.mkdir(parents=True)
+    trials.mkdir(parents=True)
+    # Secrets an operator would put in .env. None of these values may appear in any log.
+    secret_values = {
+        "OPENENV_CAPTURE_ADMIN_KEY": "admin-" + secrets.token_hex(12),
+        "HF_TOKEN": "hf_" + secrets.token_hex(12),
+        "E2B_API_KEY": "e2b_" + secrets.token_hex(12),
+    }
+    env_file = run_dir / "smoke.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in {
+        **secret_values,
+        "CPU_BUCKET_PATH": str(bucket),
+        "CPU_TRIALS_DIR": str(trials),
+        "CPU_MAX_STEPS": "2",
+        "RUN_NAME": "",
+    }.items()))
+    env = clean_env()
+    before_objects = docker_objects()
+    before_sockets = listening_sockets()
+
+    s = Stack(env_file=env_file, env=env)
+    s.secret_values = secret_values
+    s.bucket = bucket
+    s.trials = trials
+    s.before_objects = before_objects
+    s.before_sockets = before_sockets
+    s.compose("down", "-v", "--remove-orphans", check=False)
+    s.start_recording()
+    s.t_up = time.time()
+    try:
+        yield s
+    except BaseException:
+        raise
+    finally:
+        s.stop_recording()
+
+
+@pytest.fixture(scope="module")
+def trained(stack):
+    """`up -d` returns once every service is started (compose itself waits on each depends_on
+    condition); then wait for the trainer to finish its steps."""
+    try:
+        stack.compose("up", "-d", timeout=UP_TIMEOUT_S)
+        stack.wait_for(
+            "the trainer to finish its steps",
+            lambda: stack.state("trainer")[0] == "exited",
+            TRAIN_TIMEOUT_S,
+            poll_s=5,
+        )
+        stack.sockets_while_up = listening_sockets()
+        stack.logs = stack.compose("logs", "--no-color", check=False).stdout
+    except BaseException:
+        print(stack.diagnostics())
+        raise
+    return stack
+
+
+@pytest.fixture(autouse=True)
+def _diagnose_on_failure(request, stack):
+    yield
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+        print(stack.diagnostics())
+
+
+def test_trainer_finished_cleanly(trained):
+    state, code = trained.state("trainer")
+    assert (state, code) == ("exited", 0), f"trainer {state} with exit code {code}"
+
+
+def test_services_came_up_in_the_designed_order(trained):
+    t = trained.first
+    done_preflight = [e["time"] for e in trained.events if e["service"] == "preflight" and e["status"] == "die"]
+    assert done_preflight and [e["exitCode"] for e in trained.events if e["service"] == "preflight" and e["status"] == "die"][0] == "0"
+    healthy = {s: t(s, "health_status: healthy") for s in ("engine", "env-server", "tunnel", "tunnel-check")}
+    started = {s: t(s, "start") for s in ("engine", "env-server", "tunnel", "tunnel-check", "trainer")}
+    assert all(healthy.values()), f"never healthy: {[s for s, v in healthy.items() if not v]}"
+    assert done_preflight[0] <= started["engine"] and done_preflight[0] <= started["env-server"]
+    assert healthy["env-server"] <= started["tunnel"]
+    assert healthy["tunnel"] <= started["tunnel-check"]
+    for dep in ("engine", "env-server", "tunnel-check"):
+        assert healthy[dep] <= started["trainer"], f"trainer started before {dep} was healthy"
+
+
+def test_tunnel_check_verified_the_url_through_the_stand_in(trained):
+    out = trained.compose("exec", "-T", "tunnel-check", "cat", "/handoff/capture_url.json").stdout
+    doc = json.loads(out)
+    assert doc["state"] == "verified", doc
+    host = doc["url"].split("//", 1)[1].split(":")[0]
+    assert host not in ("127.0.0.1", "localhost"), f"the advertised URL must be one a sandbox can route to: {doc['url']}"
+    assert "verified" in trained.compose("logs", "tunnel-check", check=False).stdout.lower()
+
+
+def _run_dir(bucket: Path) -> Path:
+    runs = [p for p in (bucket / "checkpoints").iterdir() if p.is_dir()]
+    assert len(runs) == 1, f"expected one run under {bucket}/checkpoints, found {runs}"
+    return runs[0]
+
+
+def test_a_checkpoint_landed_on_the_bucket(trained):
+    run_dir = _run_dir(trained.bucket)
+    checkpoints = sorted(run_dir.glob("checkpoint-*"))
+    assert checkpoints, f"no checkpoint under {run_dir}: {sorted(p.name for p in run_dir.iterdir())}"
+    assert any(p.suffix in (".safetensors", ".bin") for p in checkpoints[-1].rglob("*")), checkpoints[-1]
+
+
+def test_rollouts_ran_the_agent_in_sandboxes_with_token_ids_and_no_forking(trained):
+    status = json.loads((_run_dir(trained.bucket) / "status.json").read_text())
+    assert status["step"] >= 2, status
+    assert status["rollouts"] >= 2 and status["trainable_rollouts"] >= 1, status
+    # The forking tell: one training sample per rollout, however many turns it had.
+    assert status["turns_mean"] > 1, f"rollouts were single-turn, nothing to fork: {status}"
+    assert status["samples_per_rollout"] == pytest.approx(1.0), status
+    trials = [p for p in trained.trials.rglob("*") if p.is_dir() and p.name == "agent"]
+    assert trials, f"no Harbor trial ran an agent under {trained.trials}"
+
+
+def test_only_the_capture_proxy_is_reachable_from_outside_loopback(trained):
+    new = trained.sockets_while_up - trained.before_sockets
+    exposed = {(a, p) for a, p in new if not a.startswith("127.") and a != "::1"}
+    doc = json.loads(trained.compose("exec", "-T", "tunnel-check", "cat", "/handoff/capture_url.json").stdout)
+    standin_port = int(doc["url"].rsplit(":", 1)[1].split("/")[0])
+    assert {p for _, p in exposed} <= {standin_port}, f"listening beyond loopback: {sorted(exposed)}"
+    assert not any(a in ("0.0.0.0", "::") for a, _ in new), f"something binds all interfaces: {sorted(new)}"
+
+
+def test_no_secret_reaches_a_log(trained):
+    for name, value in trained.secret_values.items():
+        assert value not in trained.logs, f"the value of {name} appears in the service logs"
+
+
+def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
+    trained.compose("kill", "tunnel")
+    trained.wait_for("tunnel-check to turn unhealthy", lambda: trained.health("tunnel-check") == "unhealthy", 120)
+    doc = json.loads(trained.compose("exec", "-T", "tunnel-check", "cat", "/handoff/capture_url.json").stdout)
+    assert doc["state"] == "withdrawn", doc
+    from openenv.harbor.client import HarborEnv
+
+    with HarborEnv(base_url="http://127.0.0.1:8000") as env:
+        split = env.splits()[0]["name"]
+        result = env.run_rollout(split=split, task_index=0, harness="mini-swe-agent", sandbox="docker",
+                                 llm_url="http://127.0.0.1:8001/v1")
+    assert result.reward is None and "tunnel not verified" in (result.error or ""), result
+
+
+def test_teardown_leaves_nothing_behind(trained):
+    t0 = trained.t_up
+    first_step = trained.first_step_time() if hasattr(trained, "first_step_time") else None
+    trained.compose("down", "-v", "--remove-orphans", "--timeout", "60")
+    after = docker_objects()
+    for kind, names in after.items():
+        leftover = names - trained.before_objects[kind]
+        assert not leftover, f"{kind} left behind: {sorted(leftover)}"
+    status_path = _run_dir(trained.bucket) / "status.json"
+    status = json.loads(status_path.read_text())
+    print(f"\nsmoke: up -> first training step {status.get('first_step_at', t0) - t0:.0f} s; "
+          f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB")
+    del first_step
