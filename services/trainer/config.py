@@ -1,0 +1,139 @@
+"""The trainer's settings, read once from the environment, with every default stated here.
+
+Run names never fall back to a constant: two runs sharing a name would resume into each other's
+checkpoints. A fresh name carries model, harness, steps, a UTC stamp and a random suffix; an explicit
+RUN_NAME means "this run", and resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from guards.checks import DEFAULT_STEP_LIMIT
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _get(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name)
+    return default if value is None or not value.strip() else value.strip()
+
+
+def fresh_run_name(model: str, harness: str, max_steps: int, now: float | None = None) -> str:
+    model_slug = re.sub(r"[^A-Za-z0-9.]+", "-", model.rstrip("/").split("/")[-1]).strip("-").lower() or "model"
+    harness_slug = re.sub(r"[^A-Za-z0-9.]+", "-", harness.split(":")[-1]).strip("-").lower() or "harness"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    return f"{model_slug}-{harness_slug}-{max_steps}steps-{stamp}-{secrets.token_hex(3)}"
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The highest `checkpoint-N` that was completely written (trainer_state.json is saved last)."""
+    best, best_step = None, -1
+    for child in Path(run_dir).glob("checkpoint-*"):
+        match = CHECKPOINT_RE.match(child.name)
+        if match and (child / "trainer_state.json").is_file() and int(match.group(1)) > best_step:
+            best, best_step = child, int(match.group(1))
+    return best
+
+
+@dataclass
+class Settings:
+    model: str
+    engine_url: str  # the engine's root (weight sync, /health); rollouts get engine_url + /v1
+    env_server_url: str
+    harness: str
+    sandbox: str
+    agent_step_limit: int
+    agent_timeout_s: float
+    reward_key: str
+    tool_efficiency_bonus: float
+    max_steps: int
+    num_generations: int
+    max_inflight_rollouts: int
+    learning_rate: float
+    temperature: float
+    max_completion_tokens: int
+    token_budget: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    save_steps: int
+    report_to: str
+    weight_transfer: str
+    bucket_dir: str
+    run_name: str
+    run_name_explicit: bool
+    train_script: str
+    dtype: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def llm_url(self) -> str:
+        return self.engine_url.rstrip("/") + "/v1"
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return Path(self.bucket_dir) / "checkpoints"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.checkpoint_root / self.run_name
+
+    @property
+    def status_path(self) -> Path:
+        return self.run_dir / "status.json"
+
+    @property
+    def dashboard_dir(self) -> Path:
+        return Path(self.bucket_dir) / "dashboards"
+
+    def resume_from(self) -> Path | None:
+        return latest_checkpoint(self.run_dir) if self.run_name_explicit else None
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    model = _get(env, "MODEL", "Qwen/Qwen3-1.7B")
+    harness = _get(env, "HARNESS", "mini-swe-agent")
+    max_steps = int(_get(env, "MAX_STEPS", "200"))
+    step_limit = int(_get(env, "AGENT_STEP_LIMIT", str(DEFAULT_STEP_LIMIT)))
+    if step_limit <= 0:
+        # The guard reports this first; this is the backstop for a caller that skipped the guards.
+        raise ValueError(f"AGENT_STEP_LIMIT={step_limit} would leave rollouts unbounded: set a positive limit")
+    explicit = _get(env, "RUN_NAME", "")
+    num_generations = int(_get(env, "NUM_GENERATIONS", "8"))
+    return Settings(
+        model=model,
+        engine_url=_get(env, "ENGINE_URL", "http://127.0.0.1:8001").removesuffix("/v1").rstrip("/"),
+        env_server_url=_get(env, "ENV_SERVER_URL", "http://127.0.0.1:8000"),
+        harness=harness,
+        sandbox=_get(env, "SANDBOX", "e2b"),
+        agent_step_limit=step_limit,
+        agent_timeout_s=float(_get(env, "AGENT_TIMEOUT_S", "900")),
+        reward_key=_get(env, "REWARD_KEY", ""),
+        tool_efficiency_bonus=float(_get(env, "TOOL_EFFICIENCY_BONUS", "0.1")),
+        max_steps=max_steps,
+        num_generations=num_generations,
+        max_inflight_rollouts=int(_get(env, "MAX_INFLIGHT_ROLLOUTS", "8")),
+        learning_rate=float(_get(env, "LEARNING_RATE", "1e-6")),
+        temperature=float(_get(env, "TEMPERATURE", "1.0")),
+        max_completion_tokens=int(_get(env, "MAX_COMPLETION_TOKENS", "4096")),
+        # 0 switches TRL to fixed-count micro-batches of PER_DEVICE_TRAIN_BATCH_SIZE samples.
+        token_budget=int(_get(env, "TOKEN_BUDGET", "16384")),
+        per_device_train_batch_size=int(_get(env, "PER_DEVICE_TRAIN_BATCH_SIZE", str(num_generations))),
+        gradient_accumulation_steps=int(_get(env, "GRADIENT_ACCUMULATION_STEPS", "1")),
+        save_steps=int(_get(env, "SAVE_STEPS", "25")),
+        report_to=_get(env, "REPORT_TO", "trackio"),
+        weight_transfer=_get(env, "WEIGHT_TRANSFER", "nccl"),
+        bucket_dir=_get(env, "BUCKET_DIR", "/bucket"),
+        run_name=explicit or fresh_run_name(model, harness, max_steps),
+        run_name_explicit=bool(explicit),
+        train_script=_get(env, "TRAIN_SCRIPT", ""),
+        # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
+        dtype=_get(env, "TRAIN_DTYPE", "bfloat16" if _get(env, "WEIGHT_TRANSFER", "nccl") == "nccl" else "float32"),
+    )

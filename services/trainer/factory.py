@@ -1,0 +1,108 @@
+"""The Harbor session factory: the piece that joins TRL's AsyncGRPO to OpenEnv's Harbor env server.
+
+TRL's `HarnessRolloutWorker` calls `factory.create(prompt, seed=group_id, episode_id=...)` once per
+rollout, from a spawned child process, so everything here is module-level and picklable: the worker is
+handed `functools.partial(HarborSessionFactory, runner=..., reward_key=...)` and adds `sampling=` (the
+trainer's policy) itself.
+
+Prompt rows come from the env server's task list (`task_rows`); each row's user message carries its
+task reference, and TRL gives every generation of a group the same row, so a group is N attempts at one
+task: the comparison GRPO needs.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from openenv.core.harness import ResourceSessionFactory
+from openenv.harbor.client import HarborEnv
+from openenv.harbor.models import HarborRolloutResult
+
+from .session import HarborRolloutSession
+
+TASK_FIELD = "harbor_task"  # on the prompt's user message: "<index>@<split>"
+# Sandbox build/start and verification run outside the agent's own timeout.
+SETUP_MARGIN_S = 900.0
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    split: str
+    index: int
+    instruction: str = ""
+
+
+def task_ref_from_prompt(prompt: Any) -> TaskRef:
+    messages = prompt if isinstance(prompt, list) else [prompt]
+    for message in messages:
+        tag = message.get(TASK_FIELD) if isinstance(message, dict) else None
+        if tag:
+            index, _, split = str(tag).partition("@")
+            return TaskRef(split=split, index=int(index), instruction=str(message.get("content") or ""))
+    raise ValueError(f"prompt row has no {TASK_FIELD!r} field: build the dataset with trainer.factory.task_rows()")
+
+
+def prompt_row(split: str, index: int, instruction: str, task_id: str = "") -> dict[str, Any]:
+    return {
+        "prompt": [{"role": "user", "content": instruction or task_id, TASK_FIELD: f"{index}@{split}"}],
+        "task_id": task_id,
+    }
+
+
+@dataclass(frozen=True)
+class EnvServerRunner:
+    """Runs one rollout through the env server's `run_rollout` MCP tool (HarborEnv client)."""
+
+    env_server_url: str
+    harness: str
+    sandbox: str
+    llm_url: str
+    model: str
+    agent_step_limit: int
+    agent_timeout_s: float
+    reward_key: str = ""
+
+    def task_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        with HarborEnv(base_url=self.env_server_url) as env:
+            for split in env.splits():
+                name = split["name"] if isinstance(split, dict) else str(split)
+                count = env.num_tasks(name)
+                for ref in env.get_task_range(name, 0, count):
+                    rows.append(prompt_row(name, ref.index, ref.instruction, ref.task_id))
+        if not rows:
+            raise RuntimeError(
+                f"the env server at {self.env_server_url} lists no tasks: check DATASETS on the env-server service"
+            )
+        return rows
+
+    def run(self, ref: TaskRef, sampling: dict | None, episode_id: str | None) -> HarborRolloutResult:
+        with HarborEnv(base_url=self.env_server_url, message_timeout_s=self.agent_timeout_s + SETUP_MARGIN_S) as env:
+            return env.run_rollout(
+                split=ref.split,
+                task_index=ref.index,
+                harness=self.harness,
+                sandbox=self.sandbox,
+                reward_key=self.reward_key,
+                llm_url=self.llm_url,
+                model=self.model,
+                agent_timeout_sec=self.agent_timeout_s,
+                agent_step_limit=self.agent_step_limit,
+                sampling=sampling,
+            )
+
+
+class HarborSessionFactory(ResourceSessionFactory[HarborRolloutSession]):
+    """OpenEnv `ResourceSessionFactory` over any runner with `run(ref, sampling, episode_id)`."""
+
+    def __init__(self, runner: Any, reward_key: str = "", sampling: dict | None = None):
+        self.runner = runner
+        self.reward_key = reward_key
+        self.sampling = sampling
+
+    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> HarborRolloutSession:
+        ref = task_ref_from_prompt(task)
+        run = functools.partial(self.runner.run, ref, self.sampling, episode_id)
+        return HarborRolloutSession(run, ref.instruction, self.reward_key)

@@ -1,0 +1,100 @@
+"""Per-step console line and `<bucket>/checkpoints/<run>/status.json` (read by `scripts/status`).
+
+status.json is small, rewritten atomically after every logged step and every checkpoint:
+
+    {"run_name", "state": starting|warming-up|training|finished|failed, "step", "max_steps",
+     "reward_mean", "reward_std", "zero_spread_frac", "unscorable_frac", "timeout_frac",
+     "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
+     "dropped_oversize_total", "last_checkpoint", "error", "updated_at"}
+
+`samples_per_rollout` against `turns_mean` is the forking tell: a healthy multi-turn agent trains one
+row per rollout whatever its turn count; rows growing with turns means prompts are being re-rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+# status.json field -> TRL/harbor metric key
+METRICS = {
+    "reward_mean": "harbor/reward_mean",
+    "reward_std": "harbor/reward_std",
+    "zero_spread_frac": "harbor/zero_spread_frac",
+    "unscorable_frac": "harbor/unscorable_frac",
+    "timeout_frac": "harbor/timeout_frac",
+    "tool_calls_mean": "harbor/tool_calls_mean",
+    "turns_mean": "rollout/turns_mean",
+    "samples_per_rollout": "rollout/samples_per_rollout",
+    "forked_rollout_frac": "harbor/forked_rollout_frac",
+    "dropped_oversize_total": "batch/dropped_oversize_total",
+}
+
+
+def write_json_atomic(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".status.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=1, sort_keys=True)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _num(value):
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+class RunStatus:
+    def __init__(self, path: Path, run_name: str, max_steps: int):
+        self.path = path
+        self.doc = {"run_name": run_name, "state": "starting", "step": 0, "max_steps": max_steps,
+                    "last_checkpoint": None, "error": None, **{k: None for k in METRICS}}
+
+    def update(self, **fields) -> None:
+        self.doc.update(fields)
+        self.doc["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_json_atomic(self.path, self.doc)
+
+
+def console_line(doc: dict) -> str:
+    def pct(key):
+        return "-" if doc.get(key) is None else f"{100 * doc[key]:.0f}%"
+
+    def num(key, fmt=".2f"):
+        return "-" if doc.get(key) is None else format(doc[key], fmt)
+
+    return (
+        f"step {doc['step']}/{doc['max_steps']}  reward {num('reward_mean', '.3f')}±{num('reward_std', '.3f')}  "
+        f"zero-spread {pct('zero_spread_frac')}  turns {num('turns_mean', '.1f')}  "
+        f"samples/rollout {num('samples_per_rollout')} (forked {pct('forked_rollout_frac')})  "
+        f"tools {num('tool_calls_mean', '.1f')}  timeouts {pct('timeout_frac')}  unscorable {pct('unscorable_frac')}  "
+        f"ckpt {doc.get('last_checkpoint') or '-'}"
+    )
+
+
+class StatusCallback(TrainerCallback):
+    def __init__(self, status: RunStatus):
+        self.status = status
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.status.update(state="training", step=state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        fields = {name: _num(logs.get(key)) for name, key in METRICS.items() if key in logs}
+        self.status.update(step=state.global_step, **fields)
+        print(console_line(self.status.doc), flush=True)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.status.update(last_checkpoint=f"checkpoint-{state.global_step}", step=state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.status.update(state="finished", step=state.global_step)

@@ -1,0 +1,207 @@
+"""The one canonical AsyncGRPO training script for Harbor tasks.
+
+    guards -> run name / resume -> task rows from the env server -> ONE serial warm-up rollout ->
+    AsyncGRPOTrainer(rollout_worker=HarborRolloutWorker(factory), weight_transfer=nccl|mock) -> train
+
+The warm-up rollout runs alone before any group runs concurrently: the first rollout of a sandbox
+template builds it (E2B template, docker image), and eight parallel first rollouts would build it eight
+times or time out together. It doubles as the token-contract check: a rollout whose captures carry no
+prompt_token_ids stops the run here, naming the vLLM flags, before the model is even loaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import time
+
+from openenv.core.harness.capture.upstream import training_sampling
+
+from . import weights
+from .config import Settings
+from .factory import EnvServerRunner, HarborSessionFactory
+from .reward import HarborReward
+from .session import RolloutFailed
+from .status import RunStatus, StatusCallback
+
+logger = logging.getLogger("trainer")
+
+
+def runner_from_settings(s: Settings) -> EnvServerRunner:
+    return EnvServerRunner(
+        env_server_url=s.env_server_url, harness=s.harness, sandbox=s.sandbox, llm_url=s.llm_url, model=s.model,
+        agent_step_limit=s.agent_step_limit, agent_timeout_s=s.agent_timeout_s, reward_key=s.reward_key,
+    )
+
+
+def policy(s: Settings) -> dict:
+    """The sampling policy sent with every rollout: the same dict TRL's harness loop derives."""
+    return training_sampling({"temperature": s.temperature, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0})
+
+
+def warm_up(runner, rows: list[dict], s: Settings) -> dict:
+    factory = HarborSessionFactory(runner, reward_key=s.reward_key, sampling=policy(s))
+    session = factory.create(rows[0]["prompt"], seed=0, episode_id="warm-up")
+    t0 = time.monotonic()
+    timed_out = False
+    try:
+        session.wait_for_completion()
+    except TimeoutError:
+        timed_out = True
+    except RolloutFailed as exc:
+        raise SystemExit(
+            f"trainer: the warm-up rollout failed ({exc}). Fix the sandbox/env server (see the env-server logs) "
+            "before paying for training"
+        ) from None
+    trace = session.fetch_training_trace()  # raises naming the vLLM flags when token ids are missing
+    reward = session.verify([]).env_reward  # raises when REWARD_KEY names no reward of this suite
+    summary = {
+        "task": rows[0].get("task_id"), "turns": len(trace.turns), "reward": reward, "timed_out": timed_out,
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+    logger.info("warm-up rollout: %s", summary)
+    return summary
+
+
+def _eos_ids(model: str, tokenizer) -> list[int]:
+    from transformers import GenerationConfig
+
+    ids: list[int] = []
+    try:
+        eos = GenerationConfig.from_pretrained(model).eos_token_id
+        ids = [eos] if isinstance(eos, int) else list(eos or [])
+    except OSError:
+        pass
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.insert(0, tokenizer.eos_token_id)
+    return ids
+
+
+def run(s: Settings, runner=None) -> None:
+    runner = runner or runner_from_settings(s)
+    s.run_dir.mkdir(parents=True, exist_ok=True)
+    status = RunStatus(s.status_path, s.run_name, s.max_steps)
+    resume = s.resume_from()
+    status.update(state="warming-up", last_checkpoint=resume.name if resume else None)
+    print(
+        f"trainer: run {s.run_name} -> {s.run_dir}"
+        + (f" (resuming from {resume.name})" if resume else " (new run)")
+        + f"; agent step limit {s.agent_step_limit}, weight transfer {s.weight_transfer}",
+        flush=True,
+    )
+    try:
+        _train(s, runner, status, resume)
+    except BaseException as exc:
+        status.update(state="failed", error=f"{type(exc).__name__}: {exc}"[:2000])
+        raise
+
+
+def _train(s: Settings, runner, status: RunStatus, resume) -> None:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    from . import cpu_attention
+    from .worker import HarborRolloutWorker
+
+    rows = runner.task_rows()
+    warm_up(runner, rows, s)
+
+    cpu = cpu_attention.install()
+    report_to = [] if s.report_to in ("", "none") else [s.report_to]
+    os.environ.setdefault("TRACKIO_DIR", str(s.dashboard_dir / "trackio"))
+    os.environ.setdefault("TRACKIO_PROJECT", "asyncgrpo-harbor")
+    config = AsyncGRPOConfig(
+        output_dir=str(s.run_dir),
+        run_name=s.run_name,
+        max_steps=s.max_steps,
+        learning_rate=s.learning_rate,
+        num_generations=s.num_generations,
+        max_completion_length=s.max_completion_tokens,
+        temperature=s.temperature,
+        max_tool_calling_iterations=s.agent_step_limit,
+        token_budget=s.token_budget,
+        per_device_train_batch_size=s.per_device_train_batch_size,
+        gradient_accumulation_steps=s.gradient_accumulation_steps,
+        max_inflight_tasks=s.max_inflight_rollouts,
+        vllm_server_base_url=s.engine_url,
+        save_strategy="steps",
+        save_steps=s.save_steps,
+        logging_steps=1,
+        report_to=report_to,
+        logging_dir=str(s.dashboard_dir / "tensorboard" / s.run_name),
+        dtype=s.dtype,
+        bf16=s.dtype == "bfloat16",
+        gradient_checkpointing=not cpu,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(s.model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    worker = HarborRolloutWorker(
+        cpu_form=s.weight_transfer == "mock",
+        harness_session_factory=functools.partial(HarborSessionFactory, runner=runner, reward_key=s.reward_key),
+        rollout_reward_fn=HarborReward(s.tool_efficiency_bonus, s.agent_step_limit),
+        model_name=s.model,
+        dataset=Dataset.from_list(rows),
+        reward_funcs=[],
+        processing_class=tokenizer,
+        eos_token_ids=_eos_ids(s.model, tokenizer),
+        num_generations=s.num_generations,
+        max_inflight_tasks=s.max_inflight_rollouts,
+        queue_maxsize=config.queue_maxsize,
+        vllm_server_url=s.engine_url,
+        max_tokens=s.max_completion_tokens,
+        temperature=s.temperature,
+        top_p=config.top_p,
+        top_k=config.top_k,
+        min_p=config.min_p,
+        repetition_penalty=config.repetition_penalty,
+        request_timeout=config.request_timeout,
+        max_tool_calling_iterations=s.agent_step_limit,
+        fork_threshold_tokens=config.fork_threshold_tokens,
+    )
+    trainer = AsyncGRPOTrainer(
+        model=s.model,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        rollout_worker=worker,
+        weight_transfer=weights.build(s.weight_transfer, s.engine_url),
+        callbacks=[StatusCallback(status)],
+    )
+    logger.info("torch %s, cuda=%s, %d task rows", torch.__version__, torch.cuda.is_available(), len(rows))
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from guards.checks import run_all
+    from guards.train_script import TrainScriptError, materialize, resolve
+
+    from .config import from_env
+
+    failures = run_all(phase="trainer")
+    if failures:
+        print(f"trainer: {len(failures)} problem(s), nothing was started:", file=sys.stderr)
+        for failure in failures:
+            print(f"  {failure}", file=sys.stderr)
+        return 1
+    s = from_env()
+    if s.train_script:
+        # The override replaces this script entirely; it gets the same environment and run folder.
+        import runpy
+
+        try:
+            path = materialize(resolve(s.train_script), s.run_dir)
+        except TrainScriptError as exc:
+            print(f"trainer: {exc}", file=sys.stderr)
+            return 1
+        os.environ["RUN_NAME"], os.environ["RUN_DIR"] = s.run_name, str(s.run_dir)
+        print(f"trainer: running TRAIN_SCRIPT={s.train_script} (copy: {path})", flush=True)
+        runpy.run_path(str(path), run_name="__main__")
+        return 0
+    run(s)
+    return 0

@@ -1,0 +1,63 @@
+"""TRL's `HarnessRolloutWorker`, plus the per-step measurements an operator needs to judge a run.
+
+TRL already reports turns (`rollout/turns_mean`), training rows per rollout (`rollout/samples_per_rollout`)
+and forks (`rollout/fork_frac`). Added here, under `harbor/`:
+
+- reward mean and spread over scored rollouts, and `zero_spread_frac`: groups whose scored rollouts all
+  got the same reward, which carry zero advantage and teach nothing (the all-or-nothing caveat, reward.py);
+- `unscorable_frac` (reward None: sandbox or verifier failed), `timeout_frac`, `tool_calls_mean`;
+- `forked_rollout_frac`: rollouts that became more than one training row. A multi-turn rollout should
+  be ONE row (each turn's prompt extends the last); more rows than rollouts is the forking tell.
+
+Metrics ride TRL's own metric queue from the spawned rollout process to the trainer's `log()`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+from trl.experimental.async_grpo import async_rollout_worker
+from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
+
+
+def _add(rates: dict, key: str, num: float, den: float = 1.0) -> None:
+    rates[key][0] += num
+    rates[key][1] += den
+
+
+class HarborRolloutLoop(_HarnessRolloutLoop):
+    def _push_rollout_metrics(self, *, turns, sequences, completion_ids, tally, loop_exhausted, duration_s):
+        # Runs on the worker's event loop for every rollout that produced a result, like TRL's own.
+        _add(self._rates, "harbor/timeout_frac", float(bool(loop_exhausted)))
+        _add(self._rates, "harbor/forked_rollout_frac", float(sequences > 1))
+        super()._push_rollout_metrics(
+            turns=turns, sequences=sequences, completion_ids=completion_ids, tally=tally,
+            loop_exhausted=loop_exhausted, duration_s=duration_s,
+        )
+
+    async def _score_group(self, group):
+        rewards = group.rollout_rewards
+        scored = np.array([r for r in rewards if r is not None], dtype=float)
+        _add(self._rates, "harbor/unscorable_frac", float(len(rewards) - len(scored)), float(len(rewards)))
+        _add(self._rates, "harbor/tool_calls_mean", float(sum(group.tool_call_counts)), float(len(rewards)))
+        if len(scored):
+            _add(self._rates, "harbor/reward_mean", float(scored.sum()), float(len(scored)))
+            _add(self._rates, "harbor/reward_std", float(scored.std()))
+            # One scored rollout has no spread to speak of either: it cannot be compared with anything.
+            _add(self._rates, "harbor/zero_spread_frac", float(len(scored) < 2 or float(scored.std()) == 0.0))
+        else:
+            _add(self._rates, "harbor/zero_spread_frac", 1.0)
+        return await super()._score_group(group)
+
+
+class HarborRolloutWorker(HarnessRolloutWorker):
+    _loop_cls = HarborRolloutLoop
+
+    def __init__(self, *, cpu_form: bool = False, **kwargs):
+        if cpu_form and importlib.util.find_spec("vllm") is None:
+            # TRL's worker checks for vllm only as a proxy for "an engine is installed": its traffic is plain
+            # HTTP (aiohttp) and this worker's rollouts go through the env server. The CPU form has no vllm
+            # (it needs CUDA) and talks to the mock engine, so the check is answered for it, here only.
+            async_rollout_worker.is_vllm_available = lambda *a, **k: True
+        super().__init__(**kwargs)
