@@ -1,0 +1,65 @@
+"""Fault switches: make the mock misbehave the ways a misconfigured engine does, for tests.
+
+Set at start from the environment (MOCK_FAULTS="no_token_ids,raw_logprobs", MOCK_SLOW_S, MOCK_ERROR_STATUS,
+MOCK_ERROR_RATE) or at run time through `POST /mock/faults` with the same fields as JSON.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+
+FAULTS = {
+    "no_token_ids": "choices carry no token_ids",
+    "no_prompt_token_ids": "no top-level (chat) or per-choice (completions) prompt_token_ids",
+    "logprobs_without_ids": "logprobs with string tokens and no token ids at all (a plain OpenAI endpoint)",
+    "raw_logprobs": "pre-temperature logprobs (vLLM without --logprobs-mode processed_logprobs)",
+    "token_strings": "ids present but logprob tokens are text, not token_id:N "
+    "(vLLM without --return-tokens-as-token-ids)",
+}
+
+
+class FaultError(ValueError):
+    pass
+
+
+@dataclass
+class Faults:
+    active: set[str] = field(default_factory=set)
+    slow_s: float = 0.0
+    error_status: int = 0
+    error_rate: float = 1.0
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.active
+
+    def should_error(self) -> bool:
+        return bool(self.error_status) and random.random() < self.error_rate
+
+    def to_json(self) -> dict:
+        doc = asdict(self)
+        doc["active"] = sorted(self.active)
+        doc["known"] = FAULTS
+        return doc
+
+
+def parse(active, slow_s=0.0, error_status=0, error_rate=1.0) -> Faults:
+    if isinstance(active, str):
+        active = [a.strip() for a in active.split(",") if a.strip()]
+    unknown = sorted(set(active or []) - set(FAULTS))
+    if unknown:
+        raise FaultError(f"unknown fault {unknown[0]!r}; known faults: {', '.join(FAULTS)}")
+    try:
+        slow, status, rate = float(slow_s or 0), int(error_status or 0), float(1.0 if error_rate in (None, "") else error_rate)
+    except (TypeError, ValueError):
+        raise FaultError("slow_s and error_rate must be numbers, error_status an integer") from None
+    if status and not 500 <= status <= 599:
+        raise FaultError(f"error_status={status} must be a 5xx status such as 503")
+    if slow < 0 or not 0 <= rate <= 1:
+        raise FaultError("slow_s must be >= 0 and error_rate between 0 and 1")
+    return Faults(set(active or []), slow, status, rate)
+
+
+def from_env(env) -> Faults:
+    return parse(env.get("MOCK_FAULTS", ""), env.get("MOCK_SLOW_S"), env.get("MOCK_ERROR_STATUS"),
+                 env.get("MOCK_ERROR_RATE"))
