@@ -1,0 +1,76 @@
+"""Settings fail with one line that names the fix; the bounds are derived in one place; the
+healthcheck is healthy only for a published, recently verified URL."""
+
+import json
+import time
+
+import handoff
+import pytest
+
+from tunnel_check import health, settings
+
+BASE = {"TUNNEL_PROVIDER": "cloudflared", "TUNNEL_METRICS_PORT": "20241", "CAPTURE_PORT": "8100"}
+
+
+def load(**env):
+    return settings.load({**BASE, **env})
+
+
+def test_bounds_are_interval_times_failures_plus_timeout():
+    s = load(TUNNEL_CHECK_INTERVAL_S="10", TUNNEL_CHECK_FAILURES_TO_WITHDRAW="2", TUNNEL_CHECK_TIMEOUT_S="8")
+    assert s.withdraw_bound_s == 28 and s.freshness_bound_s == 28
+    assert "withdrawn within 28s" in s.describe()
+
+
+@pytest.mark.parametrize(
+    "env, fix",
+    [
+        ({"TUNNEL_PROVIDER": "ngrok"}, "cloudflared, gradio, direct"),
+        ({"TUNNEL_PROVIDER": "direct"}, "needs DIRECT_URL"),
+        ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "172.17.0.1:8100"}, "needs a scheme"),
+        ({"TUNNEL_NAMED": "1"}, "set TUNNEL_HOSTNAME"),
+        ({"TUNNEL_NAMED": "", "TUNNEL_HOSTNAME": "capture.example.com"}, "TUNNEL_TOKEN is empty"),
+        ({"TUNNEL_NAMED": "1", "TUNNEL_HOSTNAME": "https://capture.example.com"}, "bare hostname"),
+        ({"TUNNEL_METRICS_PORT": "", "TUNNEL_LOG": ""}, "TUNNEL_METRICS_PORT"),
+        ({"TUNNEL_CHECK_INTERVAL_S": "5", "TUNNEL_CHECK_TIMEOUT_S": "5"}, "must be below"),
+        ({"TUNNEL_CHECK_INTERVAL_S": "ten"}, "not a number"),
+        ({"TUNNEL_CHECK_FAILURES_TO_WITHDRAW": "0"}, "at least 1"),
+        ({"CAPTURE_PORT": "80000"}, "not a TCP port"),
+    ],
+)
+def test_bad_settings_are_one_line_naming_the_fix(env, fix):
+    with pytest.raises(settings.ConfigError) as err:
+        load(**env)
+    assert fix in str(err.value) and "\n" not in str(err.value)
+
+
+def test_provider_modes():
+    assert load().mode == "cloudflared-quick"
+    assert load(TUNNEL_NAMED="1", TUNNEL_HOSTNAME="capture.example.com").mode == "cloudflared-named"
+    assert load(TUNNEL_PROVIDER="gradio").mode == "gradio"
+    assert load(TUNNEL_PROVIDER="direct", DIRECT_URL="http://172.17.0.1:8100/").direct_url == "http://172.17.0.1:8100"
+
+
+def test_health_follows_the_handoff(tmp_path):
+    s = load(HANDOFF_DIR=str(tmp_path), TUNNEL_CHECK_INTERVAL_S="1", TUNNEL_CHECK_TIMEOUT_S="0.5")
+    ok, line = health.status(s)
+    assert not ok and "nothing was ever published" in line
+
+    handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", tmp_path)
+    ok, line = health.status(s)
+    assert ok and "a-b-c-d.trycloudflare.com" in line
+
+    handoff.withdraw("HTTP 530 error 1033", tmp_path)
+    ok, line = health.status(s)
+    assert not ok and "HTTP 530 error 1033" in line
+
+
+def test_health_rejects_a_verification_older_than_the_bound(tmp_path):
+    s = load(HANDOFF_DIR=str(tmp_path), TUNNEL_CHECK_INTERVAL_S="1", TUNNEL_CHECK_TIMEOUT_S="0.5")
+    handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", tmp_path)
+    path = tmp_path / handoff.FILENAME
+    doc = json.loads(path.read_text())
+    doc["verified_at"] = time.time() - (s.freshness_bound_s + health.GRACE_S + 5)
+    path.write_text(json.dumps(doc))
+    ok, line = health.status(s)
+    assert not ok and "freshness bound" in line and "not re-checking" in line
