@@ -14,8 +14,6 @@ form the model (or the scripted mode) generates, so a parsed turn renders back t
 
 from __future__ import annotations
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers
-
 EOS = "<|im_end|>"
 BOS = "<|im_start|>"
 PAD = "<|endoftext|>"
@@ -64,6 +62,7 @@ CHAT_TEMPLATE = "".join(
 
 def build_tokenizer():
     """A transformers fast tokenizer (saved with save_pretrained, loaded with AutoTokenizer)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}

@@ -1,0 +1,102 @@
+"""The `vllm serve` command line: required capture flags always present, unsafe overrides refused."""
+
+import json
+import shlex
+
+import pytest
+
+from engine.command import ConfigError, build_command, build_environment
+
+BASE = {"MODEL": "Qwen/Qwen3-1.7B", "ENGINE_PORT": "8001", "TOOL_CALL_PARSER": "hermes"}
+
+
+def flag_value(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def test_defaults_carry_every_flag_the_training_path_needs():
+    argv = build_command(BASE)
+    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3-1.7B"]
+    assert flag_value(argv, "--host") == "127.0.0.1"
+    assert flag_value(argv, "--port") == "8001"
+    assert "--return-tokens-as-token-ids" in argv
+    assert flag_value(argv, "--logprobs-mode") == "processed_logprobs"
+    assert json.loads(flag_value(argv, "--weight-transfer-config")) == {"backend": "nccl"}
+    assert "--enable-auto-tool-choice" in argv
+    assert flag_value(argv, "--tool-call-parser") == "hermes"
+    assert "--reasoning-parser" not in argv
+    assert "--default-chat-template-kwargs" not in argv
+
+
+def test_sizes_parsers_and_template_kwargs_come_from_the_environment():
+    argv = build_command({
+        **BASE, "ENGINE_MAX_MODEL_LEN": "16384", "ENGINE_GPU_MEMORY_UTILIZATION": "0.7",
+        "ENGINE_TENSOR_PARALLEL_SIZE": "2", "ENGINE_DATA_PARALLEL_SIZE": "3", "ENGINE_DTYPE": "float16",
+        "REASONING_PARSER": "qwen3", "CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}',
+        "ENGINE_EXTRA_ARGS": "--enable-prefix-caching --max-num-seqs 64",
+    })
+    assert flag_value(argv, "--max-model-len") == "16384"
+    assert flag_value(argv, "--gpu-memory-utilization") == "0.7"
+    assert flag_value(argv, "--tensor-parallel-size") == "2"
+    assert flag_value(argv, "--data-parallel-size") == "3"
+    assert flag_value(argv, "--dtype") == "float16"
+    assert flag_value(argv, "--reasoning-parser") == "qwen3"
+    assert json.loads(flag_value(argv, "--default-chat-template-kwargs")) == {"enable_thinking": False}
+    assert argv[-3:] == ["--enable-prefix-caching", "--max-num-seqs", "64"]
+
+
+@pytest.mark.parametrize("extra", [
+    "--logprobs-mode raw_logprobs",
+    "--logprobs-mode=raw_logprobs",
+    "--no-return-tokens-as-token-ids",
+    "--return_tokens_as_token_ids",
+    "--weight-transfer-config {}",
+    "--no-enable-auto-tool-choice",
+])
+def test_extra_args_cannot_override_a_required_flag(extra):
+    with pytest.raises(ConfigError, match="overrides a flag the training path requires"):
+        build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
+
+
+@pytest.mark.parametrize("extra", ["--host 0.0.0.0", "--host=0.0.0.0", "--host ::"])
+def test_extra_args_cannot_bind_all_interfaces(extra):
+    with pytest.raises(ConfigError, match="must listen on 127.0.0.1"):
+        build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
+
+
+@pytest.mark.parametrize("extra,var", [
+    ("--max-model-len 4096", "ENGINE_MAX_MODEL_LEN"),
+    ("-tp 2", "ENGINE_TENSOR_PARALLEL_SIZE"),
+    ("--tool-call-parser=llama3_json", "TOOL_CALL_PARSER"),
+    ("--port 9000", "ENGINE_PORT"),
+])
+def test_extra_args_point_managed_flags_at_their_variable(extra, var):
+    with pytest.raises(ConfigError, match=f"set {var} in .env"):
+        build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
+
+
+@pytest.mark.parametrize("env,match", [
+    ({"ENGINE_HOST": "0.0.0.0"}, "must bind 127.0.0.1"),
+    ({"MODEL": ""}, "MODEL is empty"),
+    ({"TOOL_CALL_PARSER": ""}, "TOOL_CALL_PARSER is empty"),
+    ({"ENGINE_TENSOR_PARALLEL_SIZE": "two"}, "ENGINE_TENSOR_PARALLEL_SIZE='two' must be a positive integer"),
+    ({"ENGINE_GPU_MEMORY_UTILIZATION": "85"}, r"must be a number in \(0, 1\]"),
+    ({"CHAT_TEMPLATE_KWARGS": "enable_thinking=false"}, "CHAT_TEMPLATE_KWARGS is not JSON"),
+    ({"CHAT_TEMPLATE_KWARGS": "[1]"}, "must be a JSON object"),
+    ({"ENGINE_EXTRA_ARGS": "--foo 'unterminated"}, "cannot be parsed"),
+])
+def test_bad_settings_fail_with_one_line_naming_the_setting(env, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        build_command({**BASE, **env})
+    assert "\n" not in str(info.value)
+
+
+def test_dev_mode_is_forced_on_for_trl_routes():
+    env = build_environment({"VLLM_SERVER_DEV_MODE": "0", "HF_HOME": "/bucket/hf-home"})
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert env["HF_HOME"] == "/bucket/hf-home"
+
+
+def test_the_printed_command_round_trips_through_a_shell():
+    argv = build_command({**BASE, "CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}'})
+    assert shlex.split(shlex.join(argv)) == argv
