@@ -157,6 +157,10 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
             action = script.next_action(messages, seed) if script else None
             if action is not None:
                 forced = lm.encode(toolcalls.format_call("bash", {"command": action})) + [lm.tokenizer.eos_token_id]
+                # max_tokens binds the script too: a truncated call comes back as text, as from a real model.
+                # (but not MOCK_MAX_NEW_TOKENS, which only bounds the CPU spent on free samples).
+                limit = body.get("max_completion_tokens") or body.get("max_tokens") or settings.max_model_len - len(prompt_ids)
+                forced = forced[: int(limit)]
                 gen = lm.score(prompt_ids, forced, s)
             else:
                 gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}))
