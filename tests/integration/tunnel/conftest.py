@@ -1,0 +1,129 @@
+"""The real OpenEnv capture proxy (openenv.core.harness.capture.server.create_app, under our own
+uvicorn on 127.0.0.1, as the env server serves it), the tunnel stand-in and tunnel-check as real
+processes. Ports 18100-18199 belong to this suite.
+
+Runs with the host venv (openenv core, no harbor):
+    PYTHONPATH=services .venv/bin/python -m pytest tests/integration/tunnel
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SERVICES = REPO / "services"
+PROXY_A, PROXY_B = 18101, 18102
+# Process start-up on a loaded 2-core CI host has been measured at tens of seconds (imports).
+START_DEADLINE_S = 90.0
+
+
+def wait_for(predicate, deadline_s: float, what: str, poll_s: float = 0.1, log: Path | None = None):
+    """Poll `predicate` until it returns a truthy value; fail naming `what` (and the log tail)."""
+    end = time.monotonic() + deadline_s
+    last = None
+    while time.monotonic() < end:
+        try:
+            last = predicate()
+        except Exception as exc:  # noqa: BLE001 -- the condition is simply not true yet
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(poll_s)
+    tail = log.read_text()[-3000:] if log and log.exists() else ""
+    pytest.fail(f"{what} not reached within {deadline_s:g}s (last: {last!r})\n{tail}")
+
+
+class CaptureProxy:
+    """OpenEnv's capture app on 127.0.0.1:<port> in a thread (CaptureServer would bind 0.0.0.0)."""
+
+    def __init__(self, port: int):
+        import uvicorn
+        from openenv.core.harness.capture.server import create_app
+
+        # No engine behind it: /health is all these tests read, and it needs none.
+        self.app = create_app(llm_url="http://127.0.0.1:18199/v1", model="tunnel-test")
+        self.instance = self.app.state.instance_id
+        self.port = port
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        wait_for(
+            lambda: httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).json()["instance"] == self.instance,
+            START_DEADLINE_S, f"capture proxy on :{self.port}",
+        )
+        return self
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def spawn(module: str, env: dict, log: Path) -> subprocess.Popen:
+    full = {**os.environ, "PYTHONPATH": str(SERVICES), "PYTHONUNBUFFERED": "1", **env}
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", module], env=full, stdout=out, stderr=subprocess.STDOUT)
+
+
+class Standin:
+    def __init__(self, tmp: Path, port: int, metrics_port: int, capture_port: int = PROXY_A, name: str = "standin"):
+        self.port, self.metrics_port = port, metrics_port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tmp / f"{name}-{port}.out"
+        self.tunnel_log = tmp / "cloudflared.log"
+        self.proc = spawn("tunnel_standin", {
+            "CAPTURE_PORT": str(capture_port), "STANDIN_LISTEN_HOST": "127.0.0.1", "STANDIN_PORT": str(port),
+            "TUNNEL_METRICS_PORT": str(metrics_port), "TUNNEL_LOG": str(self.tunnel_log),
+        }, self.log)
+        wait_for(lambda: self.admin_get("/quicktunnel")["hostname"] == self.url, START_DEADLINE_S,
+                 f"stand-in on :{port}", log=self.log)
+
+    def admin_get(self, path):
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2).json()
+
+    def admin(self, path):
+        resp = httpx.post(f"http://127.0.0.1:{self.metrics_port}/admin/{path}", timeout=5)
+        resp.raise_for_status()
+        return resp.json()
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def proxies():
+    a, b = CaptureProxy(PROXY_A).start(), CaptureProxy(PROXY_B).start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def kit():
+    """The helpers above, as a fixture: pytest runs in importlib mode, so test modules cannot
+    `import conftest`."""
+    import types
+
+    return types.SimpleNamespace(
+        PROXY_A=PROXY_A, PROXY_B=PROXY_B, SERVICES=SERVICES, START_DEADLINE_S=START_DEADLINE_S,
+        Standin=Standin, spawn=spawn, wait_for=wait_for,
+    )
