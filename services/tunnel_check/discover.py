@@ -24,6 +24,11 @@ from .settings import Settings
 
 log = logging.getLogger("tunnel_check")
 
+_GRADIO_NEEDS = (
+    " (gradio share needs outbound HTTPS to api.gradio.app and its share server, or your own frps in "
+    "GRADIO_SHARE_SERVER)"
+)
+
 
 class Discovery:
     def __init__(self, settings: Settings, client: httpx.Client | None = None):
@@ -79,10 +84,10 @@ class Discovery:
             forwarder = GradioForwarder(share_server_address=self.s.gradio_share_server or None)
             url = forwarder.start(self.s.capture_port, local_host=self.s.capture_host)
         except ForwardingError as exc:
-            return None, probe.fail(probe.NO_URL, f"gradio share link did not open: {exc}")
+            return None, probe.fail(probe.NO_URL, f"gradio share link did not open: {exc}{_GRADIO_NEEDS}")
         except Exception as exc:  # noqa: BLE001 -- gradio raises whatever its HTTP/frpc layers raise
             return None, probe.fail(
-                probe.NO_URL, f"gradio share link did not open: {type(exc).__name__}: {exc}"
+                probe.NO_URL, f"gradio share link did not open: {type(exc).__name__}: {exc}{_GRADIO_NEEDS}"
             )
         self._forwarder = forwarder
         log.info("gradio share link opened: %s", url)

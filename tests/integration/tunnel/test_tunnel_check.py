@@ -81,13 +81,24 @@ def test_verified_url_is_published_with_this_proxys_instance(story):
     assert f"within {BOUND_S:g}s" in story["log"].read_text()  # the bound is stated at startup
 
 
-@pytest.mark.parametrize("mode, expected", [("502", ["HTTP 502", "origin did not answer"]),
-                                            ("530", ["HTTP 530", "error 1033"])])
-def test_provider_error_page_is_rejected_and_withdrawn_with_its_cause(story, mode, expected):
+def tunnel_ready(story) -> int:
+    """The tunnel service's own healthcheck (stand-in form of `cloudflared tunnel ... ready`)."""
+    env = {"PYTHONPATH": str(story["kit"].SERVICES), "TUNNEL_METRICS_PORT": str(METRICS_PORT)}
+    return subprocess.run([sys.executable, "-m", "tunnel_standin.ready"], env=env,
+                          capture_output=True, timeout=60).returncode
+
+
+@pytest.mark.parametrize("mode, expected, ready", [("502", ["HTTP 502", "origin did not answer"], 0),
+                                                   ("530", ["HTTP 530", "error 1033"], 1)])
+def test_provider_error_page_is_rejected_and_withdrawn_with_its_cause(story, mode, expected, ready):
     standin = story["standin"]
     wait_published(story, standin.url)
+    assert tunnel_ready(story) == 0
     since = time.time()
     standin.admin(f"mode/{mode}")
+    # A dead origin leaves the tunnel "ready" (exactly why readiness is not the test); a dead
+    # tunnel does not.
+    assert tunnel_ready(story) == ready
     raw = wait_withdrawn(story, since)
     assert raw["withdrawn_url"] == standin.url
     assert "provider error page" in raw["reason"]
