@@ -1,0 +1,43 @@
+"""Settings: bad values are one line naming the variable; MAX_CONCURRENT_ENVS covers the trainer."""
+
+import pytest
+
+from env_server.settings import ConfigError, Settings
+
+
+def test_defaults_bind_loopback_and_serve_the_starter_set():
+    s = Settings.from_env({})
+    assert (s.env_server_host, s.capture_host) == ("127.0.0.1", "127.0.0.1")
+    assert s.datasets == ("/app/datasets/starter",)
+
+
+def test_max_concurrent_envs_is_raised_to_the_inflight_rollouts_with_a_note():
+    s = Settings.from_env({"MAX_CONCURRENT_ENVS": "4", "MAX_INFLIGHT_ROLLOUTS": "8"})
+    assert s.max_concurrent_envs == 8
+    assert any("MAX_CONCURRENT_ENVS raised from 4 to 8" in n for n in s.notes)
+
+
+def test_enough_envs_needs_no_note():
+    s = Settings.from_env({"MAX_CONCURRENT_ENVS": "16", "MAX_INFLIGHT_ROLLOUTS": "8"})
+    assert s.max_concurrent_envs == 16 and not s.notes
+
+
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"SANDBOX": "modal"}, "SANDBOX='modal' is not supported"),
+        ({"AGENT_INSTALL": "apt"}, "AGENT_INSTALL='apt' is unknown"),
+        ({"CAPTURE_PORT": "eighty"}, "CAPTURE_PORT='eighty' is not a whole number"),
+        ({"MAX_INFLIGHT_ROLLOUTS": "0"}, "MAX_INFLIGHT_ROLLOUTS=0 must be >= 1"),
+    ],
+)
+def test_bad_values_name_the_variable(env, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")) as info:
+        Settings.from_env(env)
+    assert "\n" not in str(info.value)
+
+
+def test_the_admin_key_is_never_held():
+    s = Settings.from_env({"OPENENV_CAPTURE_ADMIN_KEY": "s3cret-value"})
+    assert s.admin_key_set
+    assert "s3cret-value" not in repr(s)
