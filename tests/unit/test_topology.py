@@ -187,7 +187,7 @@ def test_every_compose_variable_is_documented_in_env_example():
         m = re.match(r"([A-Z][A-Z0-9_]*)=", line)
         if m:
             documented[m.group(1)] = i
-    cpu_only = {n for n in _variables_read_by_compose() if n.startswith("CPU_") or n.startswith("MOCK_")}
+    cpu_only = {n for n in _variables_read_by_compose() if n.startswith(("CPU_", "MOCK_", "STANDIN_"))}
     missing = _variables_read_by_compose() - set(documented) - cpu_only
     assert not missing, f".env.example lacks {sorted(missing)}"
     for name, i in documented.items():
@@ -197,5 +197,5 @@ def test_every_compose_variable_is_documented_in_env_example():
 def test_cpu_only_knobs_are_documented_in_the_cpu_file():
     text = (ROOT / "compose.cpu.yaml").read_text()
     readme = (ROOT / "README.md").read_text() if (ROOT / "README.md").exists() else ""
-    for name in {n for n in _variables_read_by_compose() if n.startswith(("CPU_", "MOCK_"))}:
+    for name in {n for n in _variables_read_by_compose() if n.startswith(("CPU_", "MOCK_", "STANDIN_"))}:
         assert name in readme, f"{name} (CPU form) must be described in README.md"
