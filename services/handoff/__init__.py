@@ -59,10 +59,18 @@ def read_raw(directory: str | os.PathLike | None = None) -> dict:
         return {"state": "unreadable", "reason": f"{type(exc).__name__}: {exc}"}
 
 
-def read(directory: str | os.PathLike | None = None) -> Verified | None:
-    """The currently verified URL, or None when none is published (never verified, or withdrawn)."""
+def read(directory: str | os.PathLike | None = None, max_age_s: float | None = None) -> Verified | None:
+    """The currently verified URL, or None when none is published (never verified, withdrawn, or stale).
+
+    `max_age_s`: treat a URL not re-verified for this long as withdrawn. tunnel-check withdraws on
+    any orderly exit, but a SIGKILLed or OOM-killed tunnel-check leaves its last "verified" record
+    behind; its age is then the only tell. Readers pass the same bound tunnel-check promises for a
+    withdrawal (`max_age_from_env`).
+    """
     doc = read_raw(directory)
     if doc.get("state") != "verified" or not doc.get("url"):
+        return None
+    if max_age_s is not None and time.time() - float(doc.get("verified_at", 0.0)) > max_age_s:
         return None
     return Verified(
         url=doc["url"],
@@ -71,6 +79,16 @@ def read(directory: str | os.PathLike | None = None) -> Verified | None:
         verified_at=float(doc.get("verified_at", 0.0)),
         published_at=float(doc.get("published_at", doc.get("verified_at", 0.0))),
     )
+
+
+def max_age_from_env(env: dict | None = None) -> float:
+    """How old a verification may be before readers stop trusting it: tunnel-check's own withdrawal
+    bound (interval x failures + timeout) plus a second for the file write. Same settings, same defaults."""
+    env = os.environ if env is None else env
+    interval = float(env.get("TUNNEL_CHECK_INTERVAL_S") or 10)
+    failures = int(env.get("TUNNEL_CHECK_FAILURES_TO_WITHDRAW") or 2)
+    timeout = float(env.get("TUNNEL_CHECK_TIMEOUT_S") or 8)
+    return interval * failures + timeout + 1.0
 
 
 def publish(
