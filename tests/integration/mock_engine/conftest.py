@@ -10,41 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-REPO = Path(__file__).resolve().parents[3]
-IMAGE_MODEL = Path("/app/models/tiny-agent")
-# Interpreter start-up with torch on a loaded 2-core host has been measured at tens of seconds.
-START_DEADLINE_S = 180.0
-SERVED = "tiny-agent"
-SCRIPT_MATCH = "SCRIPTED-TASK-7"
-SCRIPT_ACTIONS = ["ls -la", "cat README.md"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, deadline_s: float, what: str, log: Path | None = None, poll_s: float = 0.2):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if predicate():
-                return
-        except Exception:  # noqa: BLE001 -- not up yet
-            pass
-        time.sleep(poll_s)
-    tail = log.read_text()[-3000:] if log and log.exists() else ""
-    raise AssertionError(f"{what} not true within {deadline_s:.0f}s\n{tail}")
+from mock_engine_support import IMAGE_MODEL, SCRIPT_ACTIONS, SCRIPT_MATCH, SERVED, START_DEADLINE_S  # noqa: E402
+from mock_engine_support import free_port, set_faults, wait_for  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -85,12 +61,6 @@ def engine(tmp_path_factory, model_dir) -> str:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-def set_faults(base: str, **doc) -> dict:
-    resp = requests.post(f"{base}/mock/faults", json=doc, timeout=10)
-    resp.raise_for_status()
-    return resp.json()
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SERVED, set_faults
+from mock_engine_support import SERVED, set_faults
 from openenv.core.harness.capture.validate_llm import validate_llm
 
 

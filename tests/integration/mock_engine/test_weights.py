@@ -5,7 +5,7 @@ import copy
 import pytest
 import requests
 import torch
-from conftest import SERVED
+from mock_engine_support import SERVED
 
 from mock_engine.weight_client import MockWeightTransfer
 

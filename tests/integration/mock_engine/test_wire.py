@@ -4,7 +4,7 @@ import json
 
 import requests
 import torch
-from conftest import SCRIPT_ACTIONS, SCRIPT_MATCH, SERVED, set_faults
+from mock_engine_support import SCRIPT_ACTIONS, SCRIPT_MATCH, SERVED, set_faults
 
 BASH_TOOL = {  # mini-swe-agent 2.4.6's tool (minisweagent/models/utils/actions_toolcall.py)
     "type": "function",
@@ -137,3 +137,14 @@ def test_slow_fault_still_answers_correctly(engine):
     assert requests.get(f"{engine}/mock/faults", timeout=10).json()["slow_s"] == 0.2
     out = chat(engine, [{"role": "user", "content": "hi"}], max_tokens=2)
     assert out["choices"][0]["token_ids"]
+
+
+def test_the_tokenizer_loads_verbatim_and_round_trips(hf):
+    """AutoTokenizer (as the trainer loads it) must keep our tokenizer.json: transformers 5.17 rebuilt a
+    byte-level Qwen2Tokenizer for a qwen2 config and silently dropped every space (measured)."""
+    tok, _ = hf
+    for text in ["a b\tc\n\n  d", "x <|im_end|> y", '{"command": "ls -la"}', "~!@#$%^&*()_+`-=[]{}|;':\",./<>?"]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert tok.decode(ids) == text
+        assert tok.encode(tok.decode(ids), add_special_tokens=False) == ids
+    assert tok.decode(tok.encode("wörld", add_special_tokens=False)) == "w?rld"  # outside the vocabulary: "?"
