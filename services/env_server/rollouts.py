@@ -3,8 +3,9 @@
 A rollout is admitted only when
   - the server is not shutting down,
   - it asks for the sandbox backend this server was configured and checked for (SANDBOX),
-  - tunnel-check has verified a public URL for the capture proxy (the sandbox could reach nothing
-    else: a local URL would fail 90 s later, after a paid sandbox was booted), and
+  - tunnel-check has verified a public URL for THIS capture proxy (its /health `instance` answered
+    through the URL; the sandbox could reach nothing else: a local URL would fail 90 s later, after a
+    paid sandbox was booted), and
   - its engine answers (re-probed here on every rollout, so an engine that came up after this server
     needs no restart, and one that went away is named instead of timing out inside the agent).
 A refused rollout is `ok=False, reward=None`: unscorable, never a zero.
@@ -124,6 +125,18 @@ class GatedHarborEnvironment(HarborEnvironment):
                 f"tunnel not verified yet{why}: no public URL for the capture proxy, so a sandbox could not "
                 "reach it; rollout not started. Wait for tunnel-check to verify the URL (docker compose logs "
                 "tunnel-check)",
+                harness,
+                sandbox,
+            )
+        service = self._service()
+        ours = getattr(service, "instance_id", "") if service is not None else ""
+        if verified.instance and ours and verified.instance != ours:
+            # Verified for another proxy process (this server restarted since): the URL may still route
+            # here, but nobody has proven it. tunnel-check re-verifies within one interval.
+            return refused(
+                f"tunnel URL {verified.url} was verified for capture proxy instance {verified.instance}, not "
+                f"this one ({ours}); rollout not started. tunnel-check re-verifies it within "
+                "TUNNEL_CHECK_INTERVAL_S",
                 harness,
                 sandbox,
             )

@@ -87,9 +87,12 @@ class Stack:
         self.engine_port, self.api_port, self.capture_port, self.metrics_port = (free_port() for _ in range(4))
         self.containers: list[str] = []
 
+        self.env_server_name = "env-server"
+        self.public_url = ""
+
     @property
     def env_server(self) -> str:
-        return f"{self.prefix}-env-server"
+        return f"{self.prefix}-{self.env_server_name}"
 
     def run(self, name: str, image: str, *options: str, command: tuple[str, ...] = ()) -> str:
         full = f"{self.prefix}-{name}"
@@ -99,9 +102,10 @@ class Stack:
         self.containers.append(full)
         return full
 
-    def start_env_server(self) -> None:
+    def start_env_server(self, name: str = "env-server", *extra: str) -> None:
+        self.env_server_name = name
         self.run(
-            "env-server", ES_IMAGE,
+            name, ES_IMAGE,
             "-v", f"{REPO}/services:/app/services:ro",
             "-v", f"{REPO}/datasets:/app/datasets:ro",
             "-v", "/var/run/docker.sock:/var/run/docker.sock",
@@ -119,6 +123,7 @@ class Stack:
             "-e", "MAX_CONCURRENT_ENVS=2",
             "-e", "MAX_INFLIGHT_ROLLOUTS=2",
             "-e", "SHUTDOWN_GRACE_S=75",
+            *extra,  # after the defaults: with `docker run -e`, the last value of a name wins
         )
 
     def start_engine(self) -> None:
@@ -170,9 +175,10 @@ class Stack:
         )
         assert remote == local, f"{url} serves another proxy ({remote} != {local})"
         handoff.publish(url, local, "test-standin", self.handoff)
+        self.public_url = url
 
-    def logs(self, name: str = "env-server") -> str:
-        proc = docker("logs", f"{self.prefix}-{name}", check=False)
+    def logs(self) -> str:
+        proc = docker("logs", self.env_server, check=False)
         return proc.stdout + proc.stderr
 
     def healthy(self) -> bool:
@@ -303,6 +309,42 @@ def test_sigterm_closes_the_inflight_sandbox(stack):
     assert "every sandbox closed" in logs
     assert docker("inspect", "-f", "{{.State.ExitCode}}", stack.env_server).stdout.strip() == "0"
     worker.join(timeout=30)
+
+
+WHEELHOUSE = Path("/tmp/asyncgrpo-es-wheelhouse")  # kept between runs: 165 MB from PyPI
+
+
+def test_wheelhouse_install_in_a_task_image_without_the_agent(stack):
+    """AGENT_INSTALL=wheelhouse: the agent comes from wheels env-server uploads, installed with --no-index."""
+    if not any(WHEELHOUSE.glob("mini_swe_agent-2.4.6-*.whl")):
+        WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+        # Built for the sandbox's Python, in the task's base image: what an operator does once.
+        docker("run", "--rm", "-v", f"{WHEELHOUSE}:/wh", "python:3.12-slim", "sh", "-c",
+               "python3 -m venv /v && /v/bin/pip download -q -d /wh mini-swe-agent==2.4.6", timeout=600)
+    bare = stack.root / "bare"
+    shutil.copytree(REPO / "datasets" / "starter" / "write-greeting", bare / "write-greeting")
+    (bare / "write-greeting" / "environment" / "Dockerfile").write_text(
+        "FROM python:3.12-slim\nENV LITELLM_LOCAL_MODEL_COST_MAP=True\nWORKDIR /app\n"
+    )
+    # A fresh server (the previous one was stopped by SIGTERM), same ports, a new proxy instance:
+    # the stand-in still forwards to the capture port, and the URL is verified again for this instance.
+    stack.start_env_server(
+        "env-server-wheelhouse",
+        "-v", f"{WHEELHOUSE}:/wheelhouse:ro", "-v", f"{bare}:/bare:ro",
+        "-e", "AGENT_INSTALL=wheelhouse", "-e", "WHEELHOUSE_DIR=/wheelhouse", "-e", "DATASETS=/bare",
+    )
+    wait_until("env-server (wheelhouse) healthcheck", stack.healthy, 300, every=3)
+    assert "agent     wheelhouse /wheelhouse (mini_swe_agent-2.4.6-py3-none-any.whl)" in stack.logs()
+    stack.verify_and_publish(stack.public_url)
+
+    before = set(stack.trial_dirs())
+    result = run_rollout(stack, split="/bare", task_index=0)
+    assert result.ok, f"rollout failed: {result.error} {result.findings}"
+    assert result.rollout_type == "train" and result.n_trainable_tokens > 0
+    [trial] = set(stack.trial_dirs()) - before
+    log = (trial / "trial.log").read_text()
+    assert "--no-index --find-links /tmp/asyncgrpo-wheelhouse" in log
+    assert "uv tool install" not in log and "astral.sh" not in log
 
 
 def _safe(fn):

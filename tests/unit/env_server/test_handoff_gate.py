@@ -166,3 +166,12 @@ def test_a_rollout_for_another_backend_is_refused(service, engine_url, recorder)
     result = rollout(env, sandbox="e2b")
     assert result["ok"] is False and "runs SANDBOX=docker" in result["error"]
     assert recorder == []
+
+
+def test_a_url_verified_for_another_proxy_instance_is_not_used(service, engine_url, recorder):
+    env = make_env(service, engine_url)
+    handoff.publish("https://quick.example", "instance-of-a-previous-env-server", "test", service.handoff_dir)
+    result = rollout(env)
+    assert result["ok"] is False
+    assert "was verified for capture proxy instance instance-of-a-previous-env-server, not this one" in result["error"]
+    assert recorder == []
