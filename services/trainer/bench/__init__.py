@@ -1,0 +1,1 @@
+"""Benchmark of TRL AsyncGRPO's loss step on mini-swe-agent-shaped rollouts (scripts/bench-trainer-gpu)."""
