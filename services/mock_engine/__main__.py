@@ -4,7 +4,7 @@ Environment:
   MOCK_MODEL_DIR         HF folder built by `python -m mock_engine.build_model` (default /app/models/tiny-agent)
   MODEL                  served model name (default: MOCK_MODEL_DIR), what clients put in `model`
   ENGINE_HOST/ENGINE_PORT  bind address (default 127.0.0.1:8001); only loopback is accepted
-  MOCK_MAX_MODEL_LEN     reported max_model_len (default 32768)
+  MOCK_MAX_MODEL_LEN     max_model_len (default: ENGINE_MAX_MODEL_LEN, else 32768)
   MOCK_MAX_NEW_TOKENS    cap on generated tokens per call, a CPU budget (default 256)
   MOCK_SCRIPT_FILE, MOCK_SCRIPT_PROB   scripted mode (mock_engine.script)
   MOCK_FAULTS, MOCK_SLOW_S, MOCK_ERROR_STATUS, MOCK_ERROR_RATE   fault switches (mock_engine.faults)
@@ -51,7 +51,7 @@ def main() -> None:
 
     torch.set_num_threads(int(os.environ.get("MOCK_TORCH_THREADS") or 1))
     settings = Settings(model_dir=model_dir, served_name=os.environ.get("MODEL") or model_dir,
-                        max_model_len=_int("MOCK_MAX_MODEL_LEN", "32768"),
+                        max_model_len=_int("MOCK_MAX_MODEL_LEN", os.environ.get("ENGINE_MAX_MODEL_LEN") or "32768"),
                         max_new_tokens=_int("MOCK_MAX_NEW_TOKENS", "256"))
     lm = TinyLM(model_dir, settings.max_model_len, settings.max_new_tokens)
     app = create_app(settings, lm, scripted, active)

@@ -17,7 +17,7 @@ BASH_TOOL = {  # mini-swe-agent 2.4.6's tool (minisweagent/models/utils/actions_
 
 
 def chat(engine, messages, **kw):
-    body = {"model": SERVED, "messages": messages, "logprobs": True, "return_token_ids": True, "max_tokens": 32, **kw}
+    body = {"model": SERVED, "messages": messages, "logprobs": True, "return_token_ids": True, "max_tokens": 128, **kw}
     resp = requests.post(f"{engine}/v1/chat/completions", json=body, timeout=120)
     assert resp.status_code == 200, resp.text
     return resp.json()
@@ -148,3 +148,16 @@ def test_the_tokenizer_loads_verbatim_and_round_trips(hf):
         assert tok.decode(ids) == text
         assert tok.encode(tok.decode(ids), add_special_tokens=False) == ids
     assert tok.decode(tok.encode("wörld", add_special_tokens=False)) == "w?rld"  # outside the vocabulary: "?"
+
+
+def test_max_tokens_binds_the_script_too(engine):
+    """A scripted call cut by max_tokens comes back as text with finish_reason length, as from a real model."""
+    messages = [{"role": "user", "content": f"Task {SCRIPT_MATCH}: make the tests pass"}]
+    for seed in range(20):
+        reply = chat(engine, messages, tools=[BASH_TOOL], seed=seed, max_tokens=20)
+        c = reply["choices"][0]
+        assert c["message"]["tool_calls"] == [] and len(c["token_ids"]) <= 20
+        if c["message"]["content"].startswith("<tool_call>"):
+            assert c["finish_reason"] == "length"
+            return
+    raise AssertionError("no scripted rollout among 20 seeds")
