@@ -79,6 +79,25 @@ def _eos_ids(model: str, tokenizer) -> list[int]:
     return ids
 
 
+def _loop_owning_tokenizer(tokenizer):
+    """TRL's worker requires a response parser for the tokenizer even when the agent owns its loop.
+
+    In loop-owning mode the parser is never used: the agent reads its own replies (the engine returns
+    tool calls parsed) and the trainer trains on the captured ids. TRL knows the templates of the models
+    this stack targets (Qwen3 and others); for one it does not (the mock engine's character-level
+    template), a marker fills the slot, and any code path that did try to parse with it fails loudly.
+    """
+    from trl.chat_template_utils import add_response_schema
+
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        try:
+            tokenizer = add_response_schema(tokenizer)
+        except ValueError:
+            logger.info("TRL does not know this chat template; loop-owning rollouts never parse with it")
+            tokenizer.response_template = {"unused": "loop-owning harness: the agent parses its own replies"}
+    return tokenizer
+
+
 def run(s: Settings, runner=None) -> None:
     runner = runner or runner_from_settings(s)
     s.run_dir.mkdir(parents=True, exist_ok=True)
@@ -99,24 +118,26 @@ def run(s: Settings, runner=None) -> None:
 
 
 def _train(s: Settings, runner, status: RunStatus, resume) -> None:
+    # trackio reads its folder once, at import: set it (on the bucket) before anything imports it.
+    os.environ.setdefault("TRACKIO_DIR", str(s.dashboard_dir / "trackio"))
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(s.dashboard_dir / "tensorboard" / s.run_name))
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
-    from . import cpu_attention
+    from . import cpu_form
     from .worker import HarborRolloutWorker
 
     rows = runner.task_rows()
     warm_up(runner, rows, s)
 
-    cpu = cpu_attention.install()
+    cpu = cpu_form.install()
     report_to = [] if s.report_to in ("", "none") else [s.report_to]
-    os.environ.setdefault("TRACKIO_DIR", str(s.dashboard_dir / "trackio"))
-    os.environ.setdefault("TRACKIO_PROJECT", "asyncgrpo-harbor")
     config = AsyncGRPOConfig(
         output_dir=str(s.run_dir),
         run_name=s.run_name,
+        project="asyncgrpo-harbor",
         max_steps=s.max_steps,
         learning_rate=s.learning_rate,
         num_generations=s.num_generations,
@@ -132,7 +153,6 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         save_steps=s.save_steps,
         logging_steps=1,
         report_to=report_to,
-        logging_dir=str(s.dashboard_dir / "tensorboard" / s.run_name),
         dtype=s.dtype,
         bf16=s.dtype == "bfloat16",
         gradient_checkpointing=not cpu,
@@ -140,6 +160,7 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
     tokenizer = AutoTokenizer.from_pretrained(s.model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = _loop_owning_tokenizer(tokenizer)
     worker = HarborRolloutWorker(
         cpu_form=s.weight_transfer == "mock",
         harness_session_factory=functools.partial(HarborSessionFactory, runner=runner, reward_key=s.reward_key),

@@ -1,0 +1,21 @@
+"""Run the real trainer (guards, warm-up, AsyncGRPOTrainer) with the scripted agent as its rollout runner.
+
+    python tests/integration/trainer/run_trainer.py CAPTURE_URL
+
+Everything else comes from the environment, exactly as `python -m trainer` reads it.
+"""
+
+import sys
+
+from guards.checks import run_all
+from scripted_agent import ScriptedAgentRunner
+
+from trainer.config import from_env
+from trainer.train import run
+
+if __name__ == "__main__":
+    failures = run_all(phase="trainer")
+    if failures:
+        sys.exit("\n".join(str(f) for f in failures))
+    settings = from_env()
+    run(settings, runner=ScriptedAgentRunner(capture_url=sys.argv[1], model=settings.model))

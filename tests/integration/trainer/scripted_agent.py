@@ -1,0 +1,94 @@
+"""A scripted multi-turn agent that talks to OpenEnv's REAL capture proxy, for the CPU training test.
+
+Stands in for the env server + sandbox + mini-swe-agent (another engineer's service, which needs task
+images built by Docker). Everything on the token path is real: each model call goes through the capture
+proxy (OpenEnv's `create_app`) to the mock engine, and the rollout handed to the trainer is OpenEnv's own
+`turns_from_document` over the proxy's `/sessions/{id}/rollout` export, the same conversion the env
+server's `run_rollout` uses. What is scripted: the tool outputs (fixed text instead of executing whatever
+a random tiny model asks for) and the verifier. The loop ends the way mini-swe-agent's does: on the
+submit command, on a reply with no tool call, or at the step limit. With the mock engine's scripted mode
+(MOCK_SCRIPT_FILE) some rollouts follow a known-good action list (forced tokens, scored with the model's
+real logprobs) and submit; the rest are the tiny model's own samples. The stand-in verifier gives 1.0 to
+a submitted rollout and a small deterministic partial score (from the sampled ids) otherwise, so groups
+have spread and the loss has a gradient.
+
+Module-level and frozen: TRL pickles the runner into its spawned rollout process.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import httpx
+from openenv.harbor.models import HarborRolloutResult, turns_from_document
+
+from trainer.factory import prompt_row
+
+SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+BASH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a bash command and return its output.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+    },
+}
+
+
+@dataclass(frozen=True)
+class ScriptedAgentRunner:
+    capture_url: str
+    model: str
+    turns: int = 3
+    max_tokens: int = 12
+    tasks: tuple[str, ...] = ("List the files in the repository.", "Show the README of the repository.")
+
+    def task_rows(self):
+        return [prompt_row("local", i, text, f"local-{i}") for i, text in enumerate(self.tasks)]
+
+    def run(self, ref, sampling, episode_id) -> HarborRolloutResult:
+        with httpx.Client(base_url=self.capture_url, timeout=120) as http:
+            created = http.post("/sessions", json={"sampling": sampling, "max_model_calls": self.turns})
+            sid = created.raise_for_status().json()["session_id"]
+            messages = [
+                {"role": "system", "content": "You are a coding agent. Use the bash tool."},
+                {"role": "user", "content": ref.instruction},
+            ]
+            submitted = False
+            for step in range(self.turns):
+                reply = http.post(
+                    "/v1/chat/completions",
+                    headers={"Authorization": f"Bearer {sid}"},
+                    json={"model": self.model, "messages": messages, "tools": [BASH_TOOL], "max_tokens": self.max_tokens},
+                ).raise_for_status().json()
+                message = reply["choices"][0]["message"]
+                assistant = {"role": "assistant", "content": message.get("content") or ""}
+                if message.get("tool_calls"):
+                    assistant["tool_calls"] = message["tool_calls"]
+                messages.append(assistant)
+                for call in message.get("tool_calls") or []:
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"ok (step {step})"})
+                    submitted = submitted or SUBMIT in str(call.get("function", {}).get("arguments", ""))
+                if submitted or not message.get("tool_calls"):
+                    break
+            document = http.get(f"/sessions/{sid}/rollout", params={"include_messages": "true"}).raise_for_status().json()
+            http.delete(f"/sessions/{sid}")
+        turns = turns_from_document(document)
+        sampled = [tid for t in turns for tid in t.completion_token_ids]
+        reward = 1.0 if submitted else (zlib.crc32(str(sampled).encode()) % 1000) / 2000
+        return HarborRolloutResult(
+            task_id=f"local-{ref.index}",
+            task_name=f"local-{ref.index}",
+            dataset="local",
+            harness="scripted",
+            sandbox="local",
+            session_id=sid,
+            reward=reward,
+            rollout_type=document.get("rollout_type", "train"),
+            capture_level=document.get("capture_level", "tokens"),
+            turns=turns,
+            n_turns=document["stats"]["n_turns"],
+            n_roots=document["stats"]["n_roots"],
+            findings=[f for f in document.get("validation", []) if not f.startswith("[INFO]")],
+        )

@@ -1,0 +1,145 @@
+"""The real trainer, 2 optimizer steps on CPU, against the mock engine and OpenEnv's real capture proxy.
+
+Runs in the trainer image (torch, TRL, the mock engine):
+
+    tests/run-in-image trainer tests/integration/trainer
+
+Rollouts: a scripted multi-turn agent (scripted_agent.py) whose every model call goes through the capture
+proxy; the trainer trains on the proxy's captures fed through OpenEnv's contract. Weight sync: the mock
+engine's backend (WEIGHT_TRANSFER=mock). Shows: checkpoints on the bucket, the engine's logprobs change
+after the sync, one training row per multi-turn rollout (no forking), and a restart with the same run
+name resuming at the next step.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+HERE = Path(__file__).parent
+RUN = "cpu-test"
+PROBE = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List the files."}]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url, proc, deadline_s=180):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy within {deadline_s}s")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    pytest.importorskip("trl")
+    work = tmp_path_factory.mktemp("cpu-train")
+    model_dir = Path("/app/models/tiny-agent")
+    if not (model_dir / "config.json").is_file():
+        model_dir = work / "tiny-agent"
+        subprocess.run([sys.executable, "-m", "mock_engine.build_model", str(model_dir)], check=True, timeout=300)
+    engine_port, capture_port = free_port(), free_port()
+    logs = work / "logs"
+    logs.mkdir()
+    script = work / "script.json"
+    script.write_text(json.dumps([{"match": "repository", "actions": ["ls", "cat README.md"]}]))
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "mock_engine"],
+        env={**os.environ, "MOCK_MODEL_DIR": str(model_dir), "MODEL": str(model_dir), "ENGINE_PORT": str(engine_port),
+             "MOCK_MAX_NEW_TOKENS": "16",
+             "MOCK_SCRIPT_FILE": str(script), "MOCK_SCRIPT_PROB": "0.5"},
+        stdout=open(logs / "engine.log", "w"), stderr=subprocess.STDOUT,
+    )
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    proxy = subprocess.Popen(
+        [sys.executable, str(HERE / "capture_proxy.py"), engine_url + "/v1", str(model_dir), str(capture_port)],
+        stdout=open(logs / "proxy.log", "w"), stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_healthy(engine_url + "/health", engine)
+        wait_healthy(f"http://127.0.0.1:{capture_port}/health", proxy)
+        yield {"work": work, "model": str(model_dir), "engine": engine_url, "capture": f"http://127.0.0.1:{capture_port}",
+               "bucket": work / "bucket"}
+    finally:
+        for proc in (proxy, engine):
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def first_token_logprobs(engine_url, model):
+    body = {"model": model, "messages": PROBE, "max_tokens": 1, "logprobs": True, "top_logprobs": 5, "temperature": 1.0}
+    reply = httpx.post(engine_url + "/v1/chat/completions", json=body, timeout=60).raise_for_status().json()
+    return sorted((e["token"], round(e["logprob"], 6)) for e in reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"])
+
+
+def train(stack, max_steps):
+    bucket = stack["bucket"]
+    bucket.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "MODEL": stack["model"], "ENGINE_URL": stack["engine"], "BUCKET_DIR": str(bucket),
+        "HF_HOME": str(bucket / "hf-home"), "BUCKET_NOT_A_MOUNT_OK": "i-accept-losing-checkpoints",
+        "REQUIRED_GPUS": "0", "WEIGHT_TRANSFER": "mock", "SANDBOX": "docker", "TUNNEL_PROVIDER": "direct",
+        "COMPOSE_PROFILES": "", "DATASETS": "local", "MIN_FREE_DISK_GB": "0", "RUN_NAME": RUN,
+        "MAX_STEPS": str(max_steps), "NUM_GENERATIONS": "4", "PER_DEVICE_TRAIN_BATCH_SIZE": "4", "TOKEN_BUDGET": "0",
+        "MAX_INFLIGHT_ROLLOUTS": "4", "SAVE_STEPS": "1", "LEARNING_RATE": "1e-2", "MAX_COMPLETION_TOKENS": "12",
+        "AGENT_STEP_LIMIT": "3", "REPORT_TO": "tensorboard",
+    }
+    out = subprocess.run(
+        [sys.executable, str(HERE / "run_trainer.py"), stack["capture"]],
+        env=env, capture_output=True, text=True, timeout=540,
+    )
+    (stack["work"] / f"trainer-{max_steps}.log").write_text(out.stdout + out.stderr)
+    text = out.stdout + out.stderr
+    first_error = text[text.find("Traceback"):][:5000] if "Traceback" in text else ""
+    assert out.returncode == 0, first_error + "\n...\n" + text[-3000:]
+    return out.stdout + out.stderr
+
+
+def test_two_steps_then_resume(stack):
+    before = first_token_logprobs(stack["engine"], stack["model"])
+    log = train(stack, max_steps=2)
+    run_dir = stack["bucket"] / "checkpoints" / RUN
+    status = json.loads((run_dir / "status.json").read_text())
+
+    # A checkpoint on the bucket, for each step.
+    assert (run_dir / "checkpoint-2" / "trainer_state.json").is_file(), sorted(p.name for p in run_dir.iterdir())
+    assert status["state"] == "finished" and status["step"] == 2 and status["last_checkpoint"] == "checkpoint-2"
+
+    # The engine serves new weights: same prompt, different distribution.
+    assert first_token_logprobs(stack["engine"], stack["model"]) != before, log[-8000:]
+
+    # No forking: a multi-turn rollout is ONE training row.
+    assert status["turns_mean"] > 1, status
+    assert status["samples_per_rollout"] == 1.0 and status["forked_rollout_frac"] == 0.0, status
+    assert "warm-up rollout" in log
+
+    # The dashboard is on the bucket.
+    assert list((stack["bucket"] / "dashboards" / "tensorboard" / RUN).glob("events.out.tfevents.*"))
+
+    # Restart with the same run name: resumes from checkpoint-2 and trains step 3.
+    log = train(stack, max_steps=3)
+    assert "resuming from checkpoint-2" in log
+    state = json.loads((run_dir / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    assert json.loads((run_dir / "status.json").read_text())["step"] == 3
