@@ -120,7 +120,8 @@ def check_docker() -> str:
         info = _run(["docker", "info", "--format", "{{.ServerVersion}}"])
     except subprocess.TimeoutExpired:
         info = None
-    if info is None or info.returncode != 0:
+    # `docker info --format` exits 0 with an empty answer when no daemon answers: check the answer.
+    if info is None or info.returncode != 0 or not info.stdout.strip():
         detail = " ".join(((info.stderr if info else "") or "timed out").split())[:160]
         raise ConfigError(
             "SANDBOX=docker but the Docker daemon does not answer from env-server "

@@ -193,7 +193,9 @@ class Stack:
         for name in reversed(self.containers):
             docker("rm", "-f", name, check=False)
         # Harbor's trial folders are written by root in the container.
-        docker("run", "--rm", "-v", f"{self.root}:{self.root}", ES_IMAGE, "rm", "-rf", str(self.root), check=False)
+        docker("run", "--rm", "-v", f"{self.root}:/gone", ES_IMAGE, "sh", "-c", "rm -rf /gone/* /gone/.[!.]*",
+               check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _instance(url: str) -> str | None:

@@ -71,3 +71,17 @@ def test_trials_dir_must_be_mounted_at_its_own_path_when_driving_the_host_daemon
         check_trials_dir(str(tmp_path), containerised=True, mounts={"/", "/proc"})
     assert f"'{tmp_path}:{tmp_path}'" in str(info.value)
     assert "writable, same path on host" in check_trials_dir(str(tmp_path), containerised=True, mounts={str(tmp_path)})
+
+
+def test_docker_mode_without_a_daemon_names_the_socket_mount(monkeypatch, tmp_path):
+    # A docker CLI that cannot reach a daemon: DOCKER_HOST points at a socket nobody listens on.
+    import shutil as _shutil
+
+    from env_server.checks import check_docker
+
+    if _shutil.which("docker") is None:
+        pytest.skip("no docker CLI on this host")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nobody.sock")
+    with pytest.raises(ConfigError, match="Docker daemon does not answer") as info:
+        check_docker()
+    assert "mount /var/run/docker.sock into env-server" in str(info.value)
