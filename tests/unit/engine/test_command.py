@@ -100,3 +100,19 @@ def test_dev_mode_is_forced_on_for_trl_routes():
 def test_the_printed_command_round_trips_through_a_shell():
     argv = build_command({**BASE, "CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}'})
     assert shlex.split(shlex.join(argv)) == argv
+
+
+def test_the_launcher_refuses_with_one_line_and_never_execs(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    services = str(Path(__file__).resolve().parents[3] / "services")
+    env = {**os.environ, **BASE, "ENGINE_EXTRA_ARGS": "--host 0.0.0.0", "PYTHONPATH": services,
+           "PATH": str(tmp_path)}  # no vllm on PATH: a refused start must not get as far as exec
+    result = subprocess.run([sys.executable, "-m", "engine"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("engine: refusing to start:") and "127.0.0.1" in line
