@@ -15,6 +15,14 @@ START_DEADLINE_S = 180.0
 SERVED = "tiny-agent"
 SCRIPT_MATCH = "SCRIPTED-TASK-7"
 SCRIPT_ACTIONS = ["ls -la", "cat README.md"]
+BASH_TOOL = {  # mini-swe-agent 2.4.6's tool (minisweagent/models/utils/actions_toolcall.py)
+    "type": "function",
+    "function": {
+        "name": "bash", "description": "Execute a bash command",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string",
+                       "description": "The bash command to execute"}}, "required": ["command"]},
+    },
+}
 
 
 def free_port() -> int:

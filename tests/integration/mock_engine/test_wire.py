@@ -4,16 +4,7 @@ import json
 
 import requests
 import torch
-from mock_engine_support import SCRIPT_ACTIONS, SCRIPT_MATCH, SERVED, set_faults
-
-BASH_TOOL = {  # mini-swe-agent 2.4.6's tool (minisweagent/models/utils/actions_toolcall.py)
-    "type": "function",
-    "function": {
-        "name": "bash", "description": "Execute a bash command",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string",
-                       "description": "The bash command to execute"}}, "required": ["command"]},
-    },
-}
+from mock_engine_support import BASH_TOOL, SCRIPT_ACTIONS, SCRIPT_MATCH, SERVED, set_faults
 
 
 def chat(engine, messages, **kw):
