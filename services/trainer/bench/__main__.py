@@ -24,7 +24,8 @@ import torch
 from . import attention, harness
 from .trajectories import chained_sample, forked_samples, rollout_sample, trajectory, trajectory_of_length
 
-DEFAULT_VARIANT = {"gc": True, "every": 1, "offload": False, "vocab_chunk": 32768, "token_chunk": 4096}
+DEFAULT_VARIANT = {"gc": True, "every": 1, "offload": False, "vocab_chunk": 32768, "token_chunk": 4096,
+                   "compile": None}
 
 
 def plan(name: str) -> dict:
@@ -37,6 +38,8 @@ def plan(name: str) -> dict:
             "chunks": {"vocab-512": {"vocab_chunk": 512}},
             "chunk_length": 4096,
             "step_limits": [2, 4],
+            "compiled": {"compile": [4096], "compile-gc-off": [4096]},
+            "compile_backend": "eager",  # traces with dynamo; inductor needs a C compiler the CPU image lacks
             "steps": (1, 1),
         }
     k = 1024
@@ -57,6 +60,9 @@ def plan(name: str) -> dict:
                    "tokens-8k": {"token_chunk": 8192}},
         "chunk_length": 16 * k,
         "step_limits": [4, 8, 12, 24, 58],
+        # Regional torch.compile (inductor) of the decoder layers: with checkpointing, then without.
+        "compiled": {"compile": [8 * k, 16 * k, 32 * k, 64 * k], "compile-gc-off": [8 * k, 16 * k]},
+        "compile_backend": "inductor",
         "steps": (1, 2),  # warm-up, timed
     }
 
@@ -120,13 +126,14 @@ def fit(rows: list[dict]) -> tuple[float, float] | None:
 def apply(bench, variant: dict) -> None:
     harness.set_checkpointing(bench, variant["gc"], variant["every"], variant["offload"])
     harness.set_logprob_chunks(variant["vocab_chunk"], variant["token_chunk"])
+    harness.set_layer_compile(bench, variant["compile"])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.bench", description=__doc__.split("\n\n")[1])
     p.add_argument("--plan", choices=["gpu", "tiny"], default="gpu" if torch.cuda.is_available() else "tiny")
     p.add_argument("--out", default=os.environ.get("OUT") or ".")
-    p.add_argument("--only", default="sweep,variants,chunks,rollouts",
+    p.add_argument("--only", default="sweep,variants,chunks,rollouts,compile",
                    help="comma-separated sections to run (default: all)")
     a = p.parse_args(argv)
     cfg = plan(a.plan)
@@ -222,6 +229,22 @@ def main(argv=None) -> int:
                            form=form, raw_tokens=len(one_chain.input_ids) if form == "chained" else raw,
                            samples_per_rollout=1 if form == "chained" else len(forks))
 
+    if "compile" in sections:
+        backend = cfg["compile_backend"]
+        for tokens in cfg["compiled"]["compile-gc-off"]:  # same-machine baseline for the comparison
+            measure_length("compile", f"eager {tokens // 1024}k", DEFAULT_VARIANT, tokens, 1)
+        for cname, lengths in cfg["compiled"].items():
+            variant = {**DEFAULT_VARIANT, "compile": backend, "gc": cname != "compile-gc-off"}
+            for n, tokens in enumerate(lengths):
+                t0 = time.time()
+                # The first length pays the compilation: two warm-up steps there, so it stays out of the median.
+                row = measure_length("compile", f"{cname} {tokens // 1024}k", variant, tokens, 1,
+                                     steps=timed + (1 if n == 0 else 0))
+                row["wall_s"] = round(time.time() - t0, 1)
+                if row["status"] == "OOM":
+                    break
+        apply(bench, DEFAULT_VARIANT)
+
     report.meta["total_s"] = round(time.time() - t_start, 1)
     report.save()
     print_summary(report)
@@ -245,7 +268,7 @@ def print_summary(report: Report) -> None:
               f"{r['tokens_per_s']:.0f} | {r['tflops']:.0f} | {100 * r['mfu']:.1f}% | {r['peak_gib']:.1f} |")
     groups: dict[str, list] = {}
     for r in rows:
-        if r["section"] in ("sweep", "variants"):
+        if r["section"] in ("sweep", "variants", "compile"):
             key = "default" if r["section"] == "sweep" else r["name"].rsplit(" ", 1)[0]
             groups.setdefault(key, []).append(r)
     print("\nmemory fit (peak GiB = fixed + slope x packed tokens):")
