@@ -40,6 +40,7 @@ def plan(name: str) -> dict:
             "step_limits": [2, 4],
             "compiled": {"compile": [4096], "compile-gc-off": [4096]},
             "compile_backend": "eager",  # traces with dynamo; inductor needs a C compiler the CPU image lacks
+            "compiled_more": [("compile-gc-every-2", 4096, 1, {"every": 2}), ("compile", 8192, 2, {})],
             "steps": (1, 1),
         }
     k = 1024
@@ -63,6 +64,10 @@ def plan(name: str) -> dict:
         # Regional torch.compile (inductor) of the decoder layers: with checkpointing, then without.
         "compiled": {"compile": [8 * k, 16 * k, 32 * k, 64 * k], "compile-gc-off": [8 * k, 16 * k]},
         "compile_backend": "inductor",
+        # The compiled settings between the two above, and the compiled default on rows of several rollouts.
+        "compiled_more": [("compile-gc-every-2", 8 * k, 1, {"every": 2}), ("compile-gc-every-2", 16 * k, 1, {"every": 2}),
+                          ("compile-gc-every-2", 32 * k, 1, {"every": 2}),
+                          ("compile", 128 * k, 4, {}), ("compile", 256 * k, 8, {}), ("compile", 384 * k, 12, {})],
         "steps": (1, 2),  # warm-up, timed
     }
 
@@ -133,7 +138,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.bench", description=__doc__.split("\n\n")[1])
     p.add_argument("--plan", choices=["gpu", "tiny"], default="gpu" if torch.cuda.is_available() else "tiny")
     p.add_argument("--out", default=os.environ.get("OUT") or ".")
-    p.add_argument("--only", default="sweep,variants,chunks,rollouts,compile",
+    p.add_argument("--only", default="sweep,variants,chunks,rollouts,compile,compile-more",
                    help="comma-separated sections to run (default: all)")
     a = p.parse_args(argv)
     cfg = plan(a.plan)
@@ -243,6 +248,17 @@ def main(argv=None) -> int:
                 row["wall_s"] = round(time.time() - t0, 1)
                 if row["status"] == "OOM":
                     break
+        apply(bench, DEFAULT_VARIANT)
+
+    if "compile-more" in sections:
+        backend = cfg["compile_backend"]
+        for n, (cname, tokens, per_row, change) in enumerate(cfg["compiled_more"]):
+            variant = {**DEFAULT_VARIANT, "compile": backend, **change}
+            label = f"{cname} {tokens // 1024}k" + (f" ({per_row}x{tokens // per_row // 1024}k)" if per_row > 1 else "")
+            row = measure_length("compile", label, variant, tokens, per_row,
+                                 steps=(timed + 1 if n == 0 else timed) if per_row == 1 else 1)
+            if row["status"] == "OOM":
+                break
         apply(bench, DEFAULT_VARIANT)
 
     report.meta["total_s"] = round(time.time() - t_start, 1)
