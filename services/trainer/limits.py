@@ -86,24 +86,52 @@ DEFAULT_TURNS = TurnSizes()
 
 @dataclass(frozen=True)
 class MemoryProfile:
-    """Peak memory of TRL AsyncGRPO's loss step (forward, backward, optimizer) as fixed + slope x packed tokens."""
+    """Peak memory of TRL AsyncGRPO's loss step (forward, backward, clip, AdamW) as fixed + slope x packed tokens.
+
+    Fitted to the allocator's RESERVED peak (what an OOM is decided on), as an upper envelope: the line lies on or
+    above every measured point. Valid for rows of chained rollouts, which is what this stack trains. A forked row
+    (each turn a sample repeating its prefix) costs more than its packed length says: TRL's tree attention gathers
+    every segment's whole root-to-segment K/V path, so memory follows the RAW (unfolded) tokens too, and
+    `token_budget`, which counts unique tokens, does not bound it. `gib_per_1k_forked_raw` is that extra.
+    """
 
     fixed_gib: float
     gib_per_1k_tokens: float
     measured_on: str
     largest_measured_tokens: int
+    gib_per_1k_forked_raw: float = 0.0
     settings: Mapping[str, str] = field(default_factory=dict)
 
-    def peak_gib(self, packed_tokens: int) -> float:
-        return self.fixed_gib + self.gib_per_1k_tokens * packed_tokens / 1000
+    def peak_gib(self, packed_tokens: int, raw_tokens: int | None = None) -> float:
+        forked = 0.0 if raw_tokens is None else self.gib_per_1k_forked_raw * raw_tokens / 1000
+        return self.fixed_gib + self.gib_per_1k_tokens * packed_tokens / 1000 + forked
 
 
-# Filled from docs/GPU-BENCHMARK.md (scripts/bench-trainer-gpu on one NVIDIA H200). Keyed by the MODEL the stack
-# trains; a model that is not here gets no derived limit and the startup report says to benchmark it.
-MEASURED: dict[str, MemoryProfile] = {}
+# scripts/bench-trainer-gpu on one NVIDIA H200 (139.8 GiB), torch 2.11, transformers 5.17.0, trl 1.16.0, bf16 weights
+# and AdamW state, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; docs/GPU-BENCHMARK.md has the table. Keyed by
+# MODEL, then by the trainer's activation setting. A model that is not here gets no derived limit: benchmark it.
+GC_COMPILE = "gc+compile"  # gradient checkpointing on every layer + regional torch.compile of the decoder layers
+GC = "gc"  # gradient checkpointing on every layer, eager (TRL's default)
+MEASURED: dict[str, dict[str, MemoryProfile]] = {
+    "Qwen/Qwen3-1.7B": {
+        # reserved peaks 14.1 GiB at 8k ... 86.7 GiB at 381k packed tokens
+        GC_COMPILE: MemoryProfile(
+            fixed_gib=12.5, gib_per_1k_tokens=0.200, measured_on="NVIDIA H200", largest_measured_tokens=381_402,
+            gib_per_1k_forked_raw=0.035,  # measured eager (58-step forked rollout: 96 GiB at 79k packed tokens)
+            settings={"gradient_checkpointing": "every layer", "compile": "decoder layers, inductor, dynamic"},
+        ),
+        # reserved peaks 14.1 GiB at 8k ... 75.7 GiB at 255k packed tokens
+        GC: MemoryProfile(
+            fixed_gib=12.1, gib_per_1k_tokens=0.253, measured_on="NVIDIA H200", largest_measured_tokens=254_626,
+            gib_per_1k_forked_raw=0.035,
+            settings={"gradient_checkpointing": "every layer", "compile": "off"},
+        ),
+    },
+}
 
-# Never plan to the last byte: the CUDA context, NCCL buffers for weight transfer and allocator fragmentation
-# live outside what torch.cuda.max_memory_allocated reports.
+
+# Never plan to the last byte: the CUDA context, NCCL buffers for the weight transfer and allocator slack live
+# outside the reserved peak torch reports.
 RESERVED_GIB = 4.0
 USABLE_FRACTION = 0.92
 # Budgets are rounded down to this: TRL's rows are sized in tokens, and a round number reads as a setting.
@@ -114,11 +142,13 @@ BUDGET_QUANTUM = 1024
 class Limits:
     card_gib: float
     model: str
-    max_packed_tokens: int  # the longest row the loss step fits on this card
+    max_packed_tokens: int  # the longest row the loss step fits on this card (never beyond the longest measured)
     token_budget: int  # TOKEN_BUDGET to set: max_packed_tokens, capped by the engine's max_model_len if given
     max_step_limit: int  # every turn at its largest size still fits in token_budget
     typical_step_limit: int  # turns of average size fit
     profile: MemoryProfile
+    max_sample_tokens: int  # the longest one sample can be: token_budget, or max_model_len when smaller
+    bound_by: str  # what caps the step limit: "memory" or "max_model_len" (the engine rejects longer contexts)
 
 
 class UnknownModel(LookupError):
@@ -129,8 +159,9 @@ def derive_limits(
     card_gib: float,
     model: str,
     turns: TurnSizes = DEFAULT_TURNS,
-    profiles: Mapping[str, MemoryProfile] | None = None,
+    profiles: Mapping[str, Mapping[str, MemoryProfile]] | None = None,
     max_model_len: int | None = None,
+    setting: str = GC_COMPILE,
 ) -> Limits:
     """From the card's memory and the model's measured profile to (max packed tokens, step limit, token budget).
 
@@ -141,16 +172,19 @@ def derive_limits(
     profiles = MEASURED if profiles is None else profiles
     if card_gib <= 0:
         raise ValueError(f"card_gib={card_gib}: give the trainer GPU's memory in GiB (e.g. 79.6 for an 80 GB card)")
-    profile = profiles.get(model)
+    profile = profiles.get(model, {}).get(setting)
     if profile is None:
+        known = ", ".join(f"{m} ({'/'.join(sorted(s))})" for m, s in sorted(profiles.items())) or "none"
         raise UnknownModel(
-            f"no measured memory profile for MODEL={model!r} (known: {', '.join(sorted(profiles)) or 'none'}); "
-            "run scripts/bench-trainer-gpu with that model's config and add its line to services/trainer/limits.py"
+            f"no measured memory profile for MODEL={model!r} with {setting!r} (measured: {known}); run "
+            "scripts/bench-trainer-gpu with that model's config and add its line to services/trainer/limits.py"
         )
     usable = card_gib * USABLE_FRACTION - RESERVED_GIB - profile.fixed_gib
-    max_packed = max(0, int(usable / profile.gib_per_1k_tokens * 1000))
+    # The fit is linear to the longest row measured; past it nothing was observed, so nothing is promised.
+    max_packed = max(0, min(int(usable / profile.gib_per_1k_tokens * 1000), profile.largest_measured_tokens))
     budget = max_packed // BUDGET_QUANTUM * BUDGET_QUANTUM
     longest_sample = budget if max_model_len is None else min(budget, max_model_len)
+    bound_by = "max_model_len" if longest_sample < budget else "memory"
     return Limits(
         card_gib=card_gib,
         model=model,
@@ -159,6 +193,8 @@ def derive_limits(
         max_step_limit=turns.max_steps_within(longest_sample, "max"),
         typical_step_limit=turns.max_steps_within(longest_sample, "mean"),
         profile=profile,
+        max_sample_tokens=longest_sample,
+        bound_by=bound_by,
     )
 
 
@@ -174,16 +210,19 @@ def startup_report(
         f"{limits.max_packed_tokens} tokens (measured {limits.profile.fixed_gib:.1f} GiB fixed + "
         f"{limits.profile.gib_per_1k_tokens:.3f} GiB per 1k tokens on {limits.profile.measured_on})",
         f"trainer memory: largest safe AGENT_STEP_LIMIT={limits.max_step_limit} (every turn at its largest size; "
-        f"{limits.typical_step_limit} with average turns), largest safe TOKEN_BUDGET={limits.token_budget}",
+        f"{limits.typical_step_limit} with average turns; bound by {limits.bound_by}), largest safe "
+        f"TOKEN_BUDGET={limits.token_budget}",
     ]
     warnings = []
     worst = turns.rollout_tokens(step_limit, "max")
     if step_limit > limits.max_step_limit:
         warnings.append(
-            f"AGENT_STEP_LIMIT={step_limit} exceeds the safe limit {limits.max_step_limit} for this card: a rollout "
-            f"that uses every step can reach ~{worst} tokens and "
+            f"AGENT_STEP_LIMIT={step_limit} exceeds the safe limit {limits.max_step_limit}: a rollout that uses every "
+            f"step can reach ~{worst} tokens and "
             + (
-                f"is dropped by TRL for exceeding TOKEN_BUDGET={token_budget} (counted as batch/dropped_oversize)"
+                "outgrow the engine's max_model_len (the agent's next call fails)"
+                if limits.bound_by == "max_model_len"
+                else f"is dropped by TRL for exceeding TOKEN_BUDGET={token_budget} (counted as batch/dropped_oversize)"
                 if token_budget and worst > token_budget
                 else "its loss step can run out of GPU memory"
             )
@@ -195,9 +234,10 @@ def startup_report(
             f"(peak ~{limits.profile.peak_gib(token_budget):.0f} GiB of {limits.card_gib:.0f}): a full row can run "
             f"out of memory; set TOKEN_BUDGET<={limits.token_budget}"
         )
-    elif token_budget is not None and 0 < token_budget < worst:
+    elif token_budget is not None and 0 < token_budget < min(worst, limits.max_sample_tokens):
         warnings.append(
-            f"TOKEN_BUDGET={token_budget} is shorter than a full {step_limit}-step rollout (~{worst} tokens): TRL "
+            f"TOKEN_BUDGET={token_budget} is shorter than a full {step_limit}-step rollout "
+            f"(~{min(worst, limits.max_sample_tokens)} tokens): TRL "
             f"drops such samples (batch/dropped_oversize); raise TOKEN_BUDGET toward {limits.token_budget} or lower "
             f"AGENT_STEP_LIMIT to {turns.max_steps_within(token_budget, 'max')}"
         )

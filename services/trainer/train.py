@@ -61,7 +61,7 @@ def warm_up(runner, rows: list[dict], s: Settings) -> dict:
         "task": rows[0].get("task_id"), "turns": len(trace.turns), "reward": reward, "timed_out": timed_out,
         "wall_s": round(time.monotonic() - t0, 1),
     }
-    logger.info("warm-up rollout: %s", summary)
+    print(f"trainer: warm-up rollout done: {summary}", flush=True)
     return summary
 
 

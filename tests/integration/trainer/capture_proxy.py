@@ -7,5 +7,5 @@ from openenv.core.harness.capture.server import create_app
 
 if __name__ == "__main__":
     llm_url, model, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    app = create_app(llm_url=llm_url, model=model, engine="mock", max_output_tokens=64)
+    app = create_app(llm_url=llm_url, model=model, engine="mock", max_output_tokens=256)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

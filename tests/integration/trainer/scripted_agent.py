@@ -41,7 +41,7 @@ class ScriptedAgentRunner:
     capture_url: str
     model: str
     turns: int = 3
-    max_tokens: int = 12
+    max_tokens: int = 128  # a scripted tool call (the submit command) is ~115 characters: one token each
     tasks: tuple[str, ...] = ("List the files in the repository.", "Show the README of the repository.")
 
     def task_rows(self):

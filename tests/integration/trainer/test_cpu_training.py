@@ -63,7 +63,7 @@ def stack(tmp_path_factory):
     engine = subprocess.Popen(
         [sys.executable, "-m", "mock_engine"],
         env={**os.environ, "MOCK_MODEL_DIR": str(model_dir), "MODEL": str(model_dir), "ENGINE_PORT": str(engine_port),
-             "MOCK_MAX_NEW_TOKENS": "16",
+             "MOCK_MAX_NEW_TOKENS": "128",
              "MOCK_SCRIPT_FILE": str(script), "MOCK_SCRIPT_PROB": "0.5"},
         stdout=open(logs / "engine.log", "w"), stderr=subprocess.STDOUT,
     )
@@ -102,7 +102,7 @@ def train(stack, max_steps):
         "REQUIRED_GPUS": "0", "WEIGHT_TRANSFER": "mock", "SANDBOX": "docker", "TUNNEL_PROVIDER": "direct",
         "COMPOSE_PROFILES": "", "DATASETS": "local", "MIN_FREE_DISK_GB": "0", "RUN_NAME": RUN,
         "MAX_STEPS": str(max_steps), "NUM_GENERATIONS": "4", "PER_DEVICE_TRAIN_BATCH_SIZE": "4", "TOKEN_BUDGET": "0",
-        "MAX_INFLIGHT_ROLLOUTS": "4", "SAVE_STEPS": "1", "LEARNING_RATE": "1e-2", "MAX_COMPLETION_TOKENS": "12",
+        "MAX_INFLIGHT_ROLLOUTS": "4", "SAVE_STEPS": "1", "LEARNING_RATE": "1e-2", "MAX_COMPLETION_TOKENS": "128",
         "AGENT_STEP_LIMIT": "3", "REPORT_TO": "tensorboard",
     }
     out = subprocess.run(
