@@ -70,6 +70,7 @@ class Settings:
     run_name_explicit: bool
     train_script: str
     dtype: str
+    checkpoint_root_override: str = ""
     extra: dict = field(default_factory=dict)
 
     @property
@@ -78,7 +79,8 @@ class Settings:
 
     @property
     def checkpoint_root(self) -> Path:
-        return Path(self.bucket_dir) / "checkpoints"
+        # Preflight refuses a CHECKPOINT_ROOT off the bucket.
+        return Path(self.checkpoint_root_override or Path(self.bucket_dir) / "checkpoints")
 
     @property
     def run_dir(self) -> Path:
@@ -134,6 +136,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         run_name=explicit or fresh_run_name(model, harness, max_steps),
         run_name_explicit=bool(explicit),
         train_script=_get(env, "TRAIN_SCRIPT", ""),
+        checkpoint_root_override=_get(env, "CHECKPOINT_ROOT", ""),
         # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
         dtype=_get(env, "TRAIN_DTYPE", "bfloat16" if _get(env, "WEIGHT_TRANSFER", "nccl") == "nccl" else "float32"),
     )
