@@ -57,7 +57,11 @@ class TinyLM:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.max_model_len = max_model_len
         self.max_new_tokens = max_new_tokens
-        self.eos_ids = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
+        # Only <|im_end|> ends a turn. Stopping on <|endoftext|> too forked conversations: the chat
+        # template re-renders every assistant turn with <|im_end|>, so a turn that ended on the other
+        # token no longer prefixes the next prompt (measured: 1 fork in 36 free-sampled turns). Sampled
+        # mid-turn, <|endoftext|> is content, and re-encoding the content gives the same id back.
+        self.eos_ids = {self.tokenizer.eos_token_id}
         self.lock = threading.Lock()
         self.running = threading.Event()
         self.running.set()

@@ -5,7 +5,7 @@ status.json is small, rewritten atomically after every logged step and every che
     {"run_name", "state": starting|warming-up|training|finished|failed, "step", "max_steps",
      "reward_mean", "reward_std", "zero_spread_frac", "unscorable_frac", "timeout_frac",
      "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
-     "dropped_oversize_total", "last_checkpoint", "error", "updated_at"}
+     "dropped_oversize_total", "last_checkpoint", "error", "updated_at", "first_step_at" (unix time)}
 
 `samples_per_rollout` against `turns_mean` is the forking tell: a healthy multi-turn agent trains one
 row per rollout whatever its turn count; rows growing with turns means prompts are being re-rendered.
@@ -86,6 +86,12 @@ class StatusCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.status.update(state="training", step=state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # When the first optimizer step finished: the smoke test and operators read "time to first
+        # step" from here rather than from log timestamps.
+        if "first_step_at" not in self.status.doc:
+            self.status.update(first_step_at=time.time())
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
