@@ -1,5 +1,8 @@
 """python -m trainer.bench [--plan gpu|tiny] [--out DIR] [--only SECTION,...]
 
+Sections: sweep (packed length, TRL defaults), variants (checkpointing every-N / off / offload), chunks (log-prob
+head tiles), rollouts (chained vs forked at step limits 4-58), compile and compile-more (regional torch.compile).
+
 Measures TRL AsyncGRPO's loss step on mini-swe-agent-shaped rollouts (see harness.py, trajectories.py) and
 prints, per packed length: seconds per step, tokens/s, model TFLOP/s, MFU against a dense bf16 matmul peak
 measured in the same run, peak GiB; a memory fit (fixed GiB + GiB per 1k tokens) per setting; the largest
@@ -179,17 +182,18 @@ def main(argv=None) -> int:
             return [rollout_sample(ids, mask, group_id=i, seed=i, vocab=vocab)]
         return make
 
-    def measure_length(section, name, variant, tokens, per_row, steps=timed):
+    def measure_length(section, name, variant, tokens, per_row, steps=timed, group=None):
         apply(bench, variant)
         chain = tokens // per_row
         recs = harness.run(bench, chain_rollouts(chain), token_budget=tokens, steps=warm + steps)
-        return report.add(section, name, variant, recs, warm, packed_target=tokens, chains_per_row=per_row)
+        return report.add(section, name, variant, recs, warm, packed_target=tokens, chains_per_row=per_row,
+                          group=group or name.split(" ")[0])
 
     if "sweep" in sections:
         for kind, tokens, per_row in cfg["sweep"]:
             row = measure_length("sweep", f"{kind} {tokens // 1024}k" + (f" ({per_row}x{tokens // per_row // 1024}k)"
                                  if per_row > 1 else ""), DEFAULT_VARIANT, tokens, per_row,
-                                 steps=timed if per_row == 1 else 1)
+                                 steps=timed if per_row == 1 else 1, group="default")
             if row["status"] == "OOM":
                 break
 
@@ -284,9 +288,8 @@ def print_summary(report: Report) -> None:
               f"{r['tokens_per_s']:.0f} | {r['tflops']:.0f} | {100 * r['mfu']:.1f}% | {r['peak_gib']:.1f} |")
     groups: dict[str, list] = {}
     for r in rows:
-        if r["section"] in ("sweep", "variants", "compile"):
-            key = "default" if r["section"] == "sweep" else r["name"].rsplit(" ", 1)[0]
-            groups.setdefault(key, []).append(r)
+        if r.get("group"):
+            groups.setdefault(r["group"], []).append(r)
     print("\nmemory fit (peak GiB = fixed + slope x packed tokens):")
     for key, rs in groups.items():
         f = fit(rs)
