@@ -71,6 +71,10 @@ class Settings:
     train_script: str
     dtype: str
     checkpoint_root_override: str = ""
+    engine_max_model_len: int = 32768
+    # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
+    # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
+    compile_layers: bool = True
     extra: dict = field(default_factory=dict)
 
     @property
@@ -126,7 +130,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         temperature=float(_get(env, "TEMPERATURE", "1.0")),
         max_completion_tokens=int(_get(env, "MAX_COMPLETION_TOKENS", "4096")),
         # 0 switches TRL to fixed-count micro-batches of PER_DEVICE_TRAIN_BATCH_SIZE samples.
-        token_budget=int(_get(env, "TOKEN_BUDGET", "16384")),
+        token_budget=int(_get(env, "TOKEN_BUDGET", "32768")),
         per_device_train_batch_size=int(_get(env, "PER_DEVICE_TRAIN_BATCH_SIZE", str(num_generations))),
         gradient_accumulation_steps=int(_get(env, "GRADIENT_ACCUMULATION_STEPS", "1")),
         save_steps=int(_get(env, "SAVE_STEPS", "25")),
@@ -137,6 +141,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         run_name_explicit=bool(explicit),
         train_script=_get(env, "TRAIN_SCRIPT", ""),
         checkpoint_root_override=_get(env, "CHECKPOINT_ROOT", ""),
+        engine_max_model_len=int(_get(env, "ENGINE_MAX_MODEL_LEN", "32768")),
+        compile_layers=_get(env, "TRAINER_COMPILE_LAYERS", "1") not in ("0", "false", "no"),
         # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
         dtype=_get(env, "TRAIN_DTYPE", "bfloat16" if _get(env, "WEIGHT_TRANSFER", "nccl") == "nccl" else "float32"),
     )

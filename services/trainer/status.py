@@ -33,7 +33,8 @@ METRICS = {
     "turns_mean": "rollout/turns_mean",
     "samples_per_rollout": "rollout/samples_per_rollout",
     "forked_rollout_frac": "harbor/forked_rollout_frac",
-    "dropped_oversize_total": "batch/dropped_oversize_total",
+    # The run total (trainer.limits.DroppedSampleCounter); TRL logs only per-window counts.
+    "dropped_oversize_total": "batch/dropped_oversize_cumulative",
 }
 
 

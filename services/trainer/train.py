@@ -21,6 +21,7 @@ from openenv.core.harness.capture.upstream import training_sampling
 
 from . import weights
 from .config import Settings
+from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .factory import EnvServerRunner, HarborSessionFactory
 from .reward import HarborReward
 from .session import RolloutFailed
@@ -184,6 +185,7 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         max_tool_calling_iterations=s.agent_step_limit,
         fork_threshold_tokens=config.fork_threshold_tokens,
     )
+    dropped = DroppedSampleCounter()
     trainer = AsyncGRPOTrainer(
         model=s.model,
         args=config,
@@ -193,8 +195,34 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         weight_transfer=weights.build(s.weight_transfer, s.engine_url),
         callbacks=[StatusCallback(status)],
     )
+    # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
+    # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
+    trainer.callback_handler.callbacks.insert(0, dropped.callback())
+    if torch.cuda.is_available():
+        _report_memory_limits(s, torch.cuda.get_device_properties(0).total_memory / 2**30)
+        if s.compile_layers:
+            for layer in getattr(getattr(trainer.model, "model", None), "layers", []):
+                layer.compile(dynamic=True)
+    else:
+        print("trainer memory: no GPU (CPU form): step-limit and token-budget limits are not derived", flush=True)
     logger.info("torch %s, cuda=%s, %d task rows", torch.__version__, torch.cuda.is_available(), len(rows))
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+
+def _report_memory_limits(s: Settings, card_gib: float) -> None:
+    """The largest safe step limit and token budget for this card, from the measured memory profile;
+    a warning when the configuration exceeds them. Printed before the first rollout group is paid for."""
+    try:
+        limits = derive_limits(card_gib, s.model, max_model_len=s.engine_max_model_len,
+                               setting=GC_COMPILE if s.compile_layers else GC)
+    except UnknownModel as exc:
+        print(f"trainer memory: {exc}", flush=True)
+        return
+    info, warnings = startup_report(limits, s.agent_step_limit, s.token_budget)
+    for line in info:
+        print(line, flush=True)
+    for line in warnings:
+        print(f"WARNING {line}", flush=True)
 
 
 def main() -> int:

@@ -1,7 +1,6 @@
 """TRL 1.16.0's own token-budget drop, counted end to end: a tiny Qwen3 on CPU trained by AsyncGRPOTrainer.
 
-Needs torch + trl (the trainer image): `tests/run-in-image trainer tests/unit/trainer_limits`. Skipped in the
-host venv. Only the rollout worker (a feed of prepared samples) and the vLLM weight transfer (a no-op) are
+Needs torch + trl, so it runs in the trainer image (`tests/run-in-image trainer tests/integration/trainer`). Only the rollout worker (a feed of prepared samples) and the vLLM weight transfer (a no-op) are
 stand-ins, since neither a rollout stack nor vLLM runs here; the planner that drops, the loss and the optimizer
 are TRL's.
 """
@@ -10,10 +9,6 @@ import logging
 
 import numpy as np
 import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("trl")
-
 from transformers import TrainerCallback  # noqa: E402
 
 from trainer.bench import attention, harness  # noqa: E402
