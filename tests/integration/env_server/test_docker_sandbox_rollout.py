@@ -328,15 +328,21 @@ def test_wheelhouse_install_in_a_task_image_without_the_agent(stack):
     (bare / "write-greeting" / "environment" / "Dockerfile").write_text(
         "FROM python:3.12-slim\nENV LITELLM_LOCAL_MODEL_COST_MAP=True\nWORKDIR /app\n"
     )
-    # A fresh server (the previous one was stopped by SIGTERM), same ports, a new proxy instance:
-    # the stand-in still forwards to the capture port, and the URL is verified again for this instance.
+    # A fresh server on the same ports (a new proxy instance): the stand-in still forwards to the capture
+    # port, and the URL is verified again for this instance.
+    docker("rm", "-f", stack.env_server, check=False)
     stack.start_env_server(
         "env-server-wheelhouse",
         "-v", f"{WHEELHOUSE}:/wheelhouse:ro", "-v", f"{bare}:/bare:ro",
         "-e", "AGENT_INSTALL=wheelhouse", "-e", "WHEELHOUSE_DIR=/wheelhouse", "-e", "DATASETS=/bare",
     )
     wait_until("env-server (wheelhouse) healthcheck", stack.healthy, 300, every=3)
-    assert "agent     wheelhouse /wheelhouse (mini_swe_agent-2.4.6-py3-none-any.whl)" in stack.logs()
+    logs = wait_until("the startup report", lambda: "=== env-server startup report" in stack.logs() and stack.logs(), 60)
+    assert "agent     wheelhouse /wheelhouse (mini_swe_agent-2.4.6-py3-none-any.whl)" in logs, logs[-3000:]
+    if not stack.public_url:  # run on its own (-k): bring up what the earlier test would have
+        stack.start_engine()
+        wait_until("the mock engine", lambda: _models(stack.engine_port), 300, every=2)
+        stack.public_url = stack.start_standin()
     stack.verify_and_publish(stack.public_url)
 
     before = set(stack.trial_dirs())
