@@ -74,7 +74,7 @@ class LoopbackHarborService(HarborService):
         pinned = pinned_url.get()
         if pinned is not None:
             return pinned
-        verified = handoff.read(self.handoff_dir)
+        verified = handoff.read(self.handoff_dir, max_age_s=handoff.max_age_from_env())
         return verified.url if verified else ""
 
     @public_url.setter

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import logging
 from typing import Any, ClassVar
 
@@ -117,10 +118,18 @@ class GatedHarborEnvironment(HarborEnvironment):
                 harness,
                 sandbox,
             )
-        verified = handoff.read(cls.handoff_dir)
+        # A verification older than tunnel-check's own withdrawal bound is not trusted: a killed
+        # tunnel-check cannot withdraw its last record, and nobody is checking that URL any more.
+        verified = handoff.read(cls.handoff_dir, max_age_s=handoff.max_age_from_env())
         if verified is None:
             doc = handoff.read_raw(cls.handoff_dir)
-            why = f" (withdrawn: {doc.get('reason')})" if doc.get("state") == "withdrawn" else ""
+            if doc.get("state") == "withdrawn":
+                why = f" (withdrawn: {doc.get('reason')})"
+            elif doc.get("state") == "verified":
+                age = time.time() - float(doc.get("verified_at") or 0)
+                why = f" (last verified {age:.0f} s ago: tunnel-check has stopped re-checking it)"
+            else:
+                why = ""
             return refused(
                 f"tunnel not verified yet{why}: no public URL for the capture proxy, so a sandbox could not "
                 "reach it; rollout not started. Wait for tunnel-check to verify the URL (docker compose logs "

@@ -17,6 +17,8 @@ from typing import Any
 
 from .settings import ConfigError, Settings
 
+import handoff
+
 log = logging.getLogger("env_server")
 
 
@@ -51,6 +53,19 @@ def build_app(service: Any, settings: Settings, llm: dict[str, Any]) -> Any:
         max_concurrent_envs=settings.max_concurrent_envs,
     )
     app.add_middleware(SameOrigin)
+
+    @app.get("/stack/status")
+    def stack_status() -> dict[str, Any]:
+        """For `scripts/status`: sandboxes in flight and the hand-off as this server reads it (loopback only)."""
+        inflight = GatedHarborEnvironment.inflight
+        verified = handoff.read(GatedHarborEnvironment.handoff_dir, max_age_s=handoff.max_age_from_env())
+        return {
+            "inflight": len(inflight),
+            "labels": inflight.labels(),
+            "draining": inflight.draining,
+            "advertised_url": verified.url if verified else None,
+        }
+
     return app
 
 

@@ -309,8 +309,10 @@ CHECKS: dict[str, Callable] = {
     "run-name": check_run_name,
     "weight-transfer": check_weight_transfer,
 }
-# Once the stack is up the engine, env server and tunnel hold these ports: only preflight checks them.
-PREFLIGHT_ONLY = {"ports"}
+# Only preflight runs these. Once the stack is up the engine, env server and tunnel hold the ports;
+# and the sandbox credentials (E2B key, docker socket) belong to the env server, which starts the
+# sandboxes: the trainer never holds them, so it cannot and need not check them.
+PREFLIGHT_ONLY = {"ports", "sandbox"}
 
 
 def run_all(env: Mapping[str, str] | None = None, probes: Probes | None = None, phase: str = "preflight") -> list[Failure]:

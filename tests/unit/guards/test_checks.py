@@ -159,6 +159,16 @@ def test_docker_sandbox_with_a_real_socket(tmp_path):
         assert "sandbox" not in failures(good_env(tmp_path, SANDBOX="docker"), probes)
 
 
+def test_the_trainer_leaves_sandbox_credentials_to_preflight(tmp_path):
+    """The env server starts sandboxes, so only it (and preflight) holds the E2B key or the docker
+    socket; the trainer must not demand them (it did, and stopped the CPU form at its first start)."""
+    env = good_env(tmp_path, SANDBOX="docker")
+    probes = probes_for(tmp_path, GCSFUSE)
+    probes.docker_socket = str(tmp_path / "absent.sock")
+    assert "sandbox" in failures(env, probes)
+    assert "sandbox" not in failures(env, probes, phase="trainer")
+
+
 def test_port_in_use(tmp_path):
     env = good_env(tmp_path)
     with socket.socket() as holder:
