@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -65,10 +66,11 @@ def stack(tmp_path_factory):
     s.t_up = time.time()
     try:
         yield s
-    except BaseException:
-        raise
     finally:
         s.stop_recording()
+        # Whatever failed, leave nothing running for the next run (test_teardown_* asserts the clean
+        # state when everything else passed).
+        s.compose("down", "-v", "--remove-orphans", "--timeout", "60", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +166,29 @@ def test_no_secret_reaches_a_log(trained):
         assert value not in trained.logs, f"the value of {name} appears in the service logs"
 
 
+def status_json(stack) -> dict:
+    out = run([sys.executable, str(ROOT / "scripts/status"), "--json", "--project", PROJECT], env=stack.env)
+    for name, value in stack.secret_values.items():
+        assert value not in out.stdout, f"scripts/status printed the value of {name}"
+    return json.loads(out.stdout)
+
+
+def test_status_command_reports_the_running_stack(trained):
+    st = status_json(trained)
+    services = st["services"]
+    assert services["preflight"]["state"] == "exited" and services["preflight"]["exit_code"] == 0
+    for name in ("engine", "env-server", "tunnel", "tunnel-check"):
+        assert (services[name]["state"], services[name]["health"]) == ("running", "healthy"), (name, services[name])
+    assert services["trainer"]["state"] == "exited" and services["trainer"]["exit_code"] == 0
+    assert st["tunnel"]["state"] == "verified" and st["tunnel"]["verified_ago_s"] < 60, st["tunnel"]
+    assert st["engine"]["capture_level"] == "tokens", st["engine"]
+    assert st["env_server"]["inflight"] == 0 and st["env_server"]["advertised_url"] == st["tunnel"]["url"]
+    training = st["training"]
+    assert training["state"] == "finished" and training["step"] >= 2, training
+    assert training["last_checkpoint"].startswith("checkpoint-") and training["last_checkpoint_age_s"] >= 0
+    assert training["samples_per_rollout"] == pytest.approx(1.0)
+
+
 def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
     trained.compose("kill", "tunnel")
     trained.wait_for("tunnel-check to turn unhealthy", lambda: trained.health("tunnel-check") == "unhealthy", 120)
@@ -186,6 +211,8 @@ def test_teardown_leaves_nothing_behind(trained):
     for kind, names in after.items():
         leftover = names - trained.before_objects[kind]
         assert not leftover, f"{kind} left behind: {sorted(leftover)}"
+    stopped = status_json(trained)
+    assert stopped["services"] == {} and stopped["tunnel"]["state"].startswith("no hand-off volume"), stopped
     status_path = _run_dir(trained.bucket) / "status.json"
     status = json.loads(status_path.read_text())
     print(f"\nsmoke: up -> first training step {status.get('first_step_at', t0) - t0:.0f} s; "

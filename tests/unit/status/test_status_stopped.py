@@ -26,7 +26,7 @@ def test_json_for_a_stack_that_never_started():
     assert doc["tunnel"]["state"].startswith("no hand-off volume")
     assert doc["engine"]["capture_level"] == "not running"
     assert doc["env_server"] == {"error": "not running"}
-    assert "no bucket mount" in doc["training"]["error"]
+    assert "no bucket mount" in doc["training"]["missing"]
 
 
 def test_human_output_names_what_to_do():
