@@ -131,6 +131,9 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
         prompt = wanted and "no_prompt_token_ids" not in f and "logprobs_without_ids" not in f
         return ids, prompt
 
+    # Length of a command the model writes itself off script (CPU time; the command is noise anyway).
+    MAX_COMMAND_TOKENS = 40
+
     @app.post("/v1/chat/completions")
     def chat(body: dict):
         _guard(body)
@@ -162,6 +165,16 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                 limit = body.get("max_completion_tokens") or body.get("max_tokens") or settings.max_model_len - len(prompt_ids)
                 forced = forced[: int(limit)]
                 gen = lm.score(prompt_ids, forced, s)
+            elif script and tools and script.matches(messages):
+                # Off script on a scripted task: the model writes its own command, inside a call the
+                # agent accepts (lm.sample_command says why a free sample would fork the rollout).
+                prefix, suffix = toolcalls.format_call("bash", {"command": "\0"}).split('\\u0000"')
+                gen = lm.sample_command(prompt_ids, prefix, suffix, Sampling(**{**s.__dict__, "seed": seed}),
+                                        max_command_tokens=MAX_COMMAND_TOKENS)
+                limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or len(gen.token_ids))
+                if len(gen.token_ids) > limit:  # cut by max_tokens: text with finish_reason length, as from a real model
+                    gen.token_ids, gen.logprobs = gen.token_ids[:limit], gen.logprobs[:limit]
+                    gen.top_logprobs, gen.finish_reason = gen.top_logprobs[:limit], "length"
             else:
                 gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}))
             total_out += len(gen.token_ids)

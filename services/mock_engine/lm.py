@@ -125,22 +125,31 @@ class TinyLM:
         return out.logits[0]
 
     # ---- generation ---------------------------------------------------------------------------
-    def sample(self, prompt_ids: list[int], s: Sampling) -> Generation:
+    def sample(self, prompt_ids: list[int], s: Sampling, banned: frozenset[int] = frozenset(),
+               stop_ids: frozenset[int] | None = None) -> Generation:
+        """Sample up to `s.max_tokens` tokens, ending after a token in `stop_ids` (default: end of turn).
+
+        `banned` tokens are masked before sampling, like a logits processor; the reported logprobs are
+        those of the masked distribution, the one each token was actually drawn from."""
         from transformers import DynamicCache
 
+        stop_ids = self.eos_ids if stop_ids is None else stop_ids
+        mask = torch.tensor(sorted(banned), dtype=torch.long) if banned else None
         rng = torch.Generator().manual_seed(s.seed if s.seed is not None else random.getrandbits(63))
         gen = Generation()
         cache = DynamicCache()
         with torch.inference_mode():
             logits = self._forward(prompt_ids, cache)[-1]
             for step in range(s.max_tokens):
+                if mask is not None:
+                    logits = logits.index_fill(0, mask, -math.inf)
                 logp = self._process(logits, s)
                 if s.temperature < 1e-5:
                     token = int(torch.argmax(logp))
                 else:
                     token = int(torch.multinomial(logp.exp(), 1, generator=rng))
                 self._record(gen, logits, logp, token, s)
-                if token in self.eos_ids:
+                if token in stop_ids:
                     gen.finish_reason = "stop"
                     break
                 if step + 1 < s.max_tokens:
@@ -155,6 +164,35 @@ class TinyLM:
             for i, token in enumerate(forced):
                 row = logits[len(prompt_ids) - 1 + i]
                 self._record(gen, row, self._process(row, s), token, s)
+        return gen
+
+    def sample_command(self, prompt_ids: list[int], prefix: str, suffix: str, s: Sampling,
+                       max_command_tokens: int) -> Generation:
+        """A tool call whose argument the model writes itself: `prefix` (up to the opening quote of the
+        command string) and `suffix` are forced and scored, the command is sampled until the model emits
+        the closing quote (or `max_command_tokens`). Characters that would break the JSON string
+        (backslash, control characters, special tokens) are masked while sampling it.
+
+        Why: a free sample from a tiny random model is never a valid tool call, and mini-swe-agent drops
+        such a turn from its history before the next call, so that call's prompt no longer extends the
+        previous one: the rollout forks. A call the agent accepts keeps every turn chained, while its
+        command is still the model's own (and, from an untrained model, wrong: reward 0)."""
+        quote = self.encode('"')[0]
+        banned = frozenset(
+            i for i in range(len(self.tokenizer))
+            if i in self.tokenizer.all_special_ids or self.tokenizer.decode([i]) in ("\\", "\n", "\r", "\t")
+        )
+        head_ids = self.encode(prefix)
+        head = self.score(prompt_ids, head_ids, s)
+        body = self.sample(prompt_ids + head_ids, Sampling(**{**s.__dict__, "max_tokens": max_command_tokens}),
+                           banned=banned, stop_ids=frozenset({quote}))
+        tail_ids = ([] if body.finish_reason == "stop" else [quote]) + self.encode(suffix) + [self.tokenizer.eos_token_id]
+        tail = self.score(prompt_ids + head_ids + body.token_ids, tail_ids, s)
+        gen = Generation(finish_reason="stop")
+        for part in (head, body, tail):
+            gen.token_ids += part.token_ids
+            gen.logprobs += part.logprobs
+            gen.top_logprobs += part.top_logprobs
         return gen
 
     # ---- weights ------------------------------------------------------------------------------

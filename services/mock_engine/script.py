@@ -91,6 +91,11 @@ class Script:
         self.entries = entries
         self.prob = prob
 
+    def matches(self, messages: list[dict]) -> bool:
+        """Whether this conversation is one of the scripted tasks (on script or not)."""
+        first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), None)
+        return first_user is not None and any(e.match in first_user for e in self.entries)
+
     def next_action(self, messages: list[dict], seed: int | None) -> str | None:
         """The bash command to emit for this turn, or None for the model's own sample."""
         first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), None)

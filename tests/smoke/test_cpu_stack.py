@@ -125,7 +125,7 @@ def test_tunnel_check_verified_the_url_through_the_stand_in(trained):
     assert doc["state"] == "verified", doc
     host = doc["url"].split("//", 1)[1].split(":")[0]
     assert host not in ("127.0.0.1", "localhost"), f"the advertised URL must be one a sandbox can route to: {doc['url']}"
-    assert "verified" in trained.compose("logs", "tunnel-check", check=False).stdout.lower()
+    assert f"HEALTHY: published {doc['url']}" in trained.compose("logs", "tunnel-check", check=False).stdout
 
 
 def _run_dir(bucket: Path) -> Path:

@@ -59,15 +59,44 @@ def test_turns_chain_exactly_for_free_samples_and_tool_calls(engine):
     """Re-rendering a conversation reproduces the sampled ids: the next prompt starts with prompt + completion."""
     seen_tool_call = seen_plain = False
     for seed in range(8):
-        messages = [{"role": "user", "content": f"{SCRIPT_MATCH}: inspect the repository"}]
-        first = chat(engine, messages, tools=[BASH_TOOL], seed=seed, temperature=1.0)
-        c = first["choices"][0]
-        seen_tool_call |= bool(c["message"]["tool_calls"])
-        seen_plain |= not c["message"]["tool_calls"]
-        _, second = next_prompt(engine, messages, first, [BASH_TOOL])
-        prefix = first["prompt_token_ids"] + c["token_ids"]
-        assert second["prompt_token_ids"][: len(prefix)] == prefix, seed
+        # Not a scripted task: free samples (plain text) and, with the tool offered, whatever the model writes.
+        for content, tools in ((f"{SCRIPT_MATCH}: inspect the repository", [BASH_TOOL]), ("say something", None)):
+            messages = [{"role": "user", "content": content}]
+            first = chat(engine, messages, tools=tools, seed=seed, temperature=1.0)
+            c = first["choices"][0]
+            seen_tool_call |= bool(c["message"]["tool_calls"])
+            seen_plain |= not c["message"]["tool_calls"]
+            _, second = next_prompt(engine, messages, first, tools)
+            prefix = first["prompt_token_ids"] + c["token_ids"]
+            assert second["prompt_token_ids"][: len(prefix)] == prefix, seed
     assert seen_tool_call and seen_plain
+
+
+def test_off_script_the_model_writes_its_own_command_in_a_valid_call(engine, hf):
+    """On a scripted task, an off-script turn is still a `bash` call the agent accepts (a plain-text
+    turn is dropped from mini-swe-agent's history, which forks the rollout), with a command the model
+    sampled, and the reply's logprobs are the model's own where the call's frame was forced."""
+    messages = [{"role": "user", "content": f"Task {SCRIPT_MATCH}: make the tests pass"}]
+    off_script = 0
+    for seed in range(12):
+        reply = chat(engine, messages, tools=[BASH_TOOL], seed=seed, temperature=1.0)
+        c = reply["choices"][0]
+        (call,) = c["message"]["tool_calls"]
+        command = json.loads(call["function"]["arguments"])["command"]
+        if command == SCRIPT_ACTIONS[0]:
+            continue
+        off_script += 1
+        assert call["function"]["name"] == "bash" and c["finish_reason"] == "tool_calls"
+        assert len(c["logprobs"]["content"]) == len(c["token_ids"])
+        # The frame up to the command's opening quote is scored, not sampled: the model's exact logprobs.
+        frame = len('<tool_call>\n{"name": "bash", "arguments": {"command": "')
+        expected = model_logprobs(hf, reply["prompt_token_ids"], c["token_ids"], 1.0)
+        got = [e["logprob"] for e in c["logprobs"]["content"]]
+        assert all(abs(a - b) < 1e-4 for a, b in zip(got[:frame], expected[:frame]))
+        _, second = next_prompt(engine, messages, reply, [BASH_TOOL])
+        prefix = reply["prompt_token_ids"] + c["token_ids"]
+        assert second["prompt_token_ids"][: len(prefix)] == prefix
+    assert off_script, "every one of 12 rollouts followed the script at MOCK_SCRIPT_PROB=0.5"
 
 
 def test_scripted_rollouts_follow_the_actions_then_submit(engine, hf):
@@ -75,7 +104,8 @@ def test_scripted_rollouts_follow_the_actions_then_submit(engine, hf):
     scripted = None
     for seed in range(20):
         reply = chat(engine, messages, tools=[BASH_TOOL], seed=seed)
-        if reply["choices"][0]["message"]["tool_calls"]:
+        calls = reply["choices"][0]["message"]["tool_calls"]
+        if calls and json.loads(calls[0]["function"]["arguments"])["command"] == SCRIPT_ACTIONS[0]:
             scripted = reply
             break
     assert scripted is not None, "no rollout out of 20 followed the script at MOCK_SCRIPT_PROB=0.5"
