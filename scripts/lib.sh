@@ -5,15 +5,19 @@ CPU_COMPOSE=(docker compose --project-directory "$REPO" -f "$REPO/compose.yaml" 
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 
-# A Python >= 3.11 for the host venv (trl and the topology tests need it; harbor runs in its image).
+# A Python >= 3.12 for the host venv: openenv 0.10.0 pulls gradio 6.31, whose numpy needs 3.12 (PINS.md).
+# pyenv's shims exist for every installed version but fail unless that version is selected, so each
+# candidate is run, not just found; pyenv's own version folders are tried too.
 host_python() {
   local py
-  for py in python3.12 python3.13 python3.11 python3; do
-    if command -v "$py" >/dev/null && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-      command -v "$py"; return
+  for py in python3.12 python3.13 python3 "$(pyenv root 2>/dev/null)"/versions/3.1[2-9]*/bin/python3 \
+            /root/.pyenv/versions/3.1[2-9]*/bin/python3; do
+    if [[ -n $py ]] && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      command -v "$py" 2>/dev/null || echo "$py"; return
     fi
   done
-  echo "no Python >= 3.11 on PATH: install python3.12 (apt-get install python3.12 python3.12-venv)" >&2
+  echo "no Python >= 3.12 found for the host test venv: install one (apt-get install python3.12-venv on" \
+       "Debian trixie, or pyenv install 3.12)" >&2
   return 1
 }
 
