@@ -94,6 +94,10 @@ class LoopbackHarborService(HarborService):
         import uvicorn
 
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            # As uvicorn binds: with SO_REUSEADDR. Without it the connections the previous env server
+            # accepted (TIME_WAIT for up to a minute after a stop) made a prompt restart fail with
+            # "Address already in use" although nothing listened there (measured in the integration run).
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((self.capture_host, self.port))
             except OSError as exc:

@@ -190,6 +190,9 @@ def check_ports(env, probes):
         seen[port] = name
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
+                # The services bind with SO_REUSEADDR, so a port held only by TIME_WAIT leftovers of a
+                # stack just stopped is free for them: without it preflight refused a prompt `up` after `down`.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 problems.append(
