@@ -7,6 +7,7 @@ Environment:
   MOCK_MAX_MODEL_LEN     max_model_len (default: ENGINE_MAX_MODEL_LEN, else 32768)
   MOCK_MAX_NEW_TOKENS    cap on generated tokens per call, a CPU budget (default 256)
   MOCK_SCRIPT_FILE, MOCK_SCRIPT_PROB   scripted mode (mock_engine.script)
+  MOCK_OFF_SCRIPT                     free | command: what an off-script turn of a scripted task is
   MOCK_FAULTS, MOCK_SLOW_S, MOCK_ERROR_STATUS, MOCK_ERROR_RATE   fault switches (mock_engine.faults)
 """
 
@@ -39,7 +40,8 @@ def main() -> None:
         scripted = None
         if os.environ.get("MOCK_SCRIPT_FILE"):
             scripted = script.Script(script.load(os.environ["MOCK_SCRIPT_FILE"]),
-                                     script.parse_prob(os.environ.get("MOCK_SCRIPT_PROB")))
+                                     script.parse_prob(os.environ.get("MOCK_SCRIPT_PROB")),
+                                     os.environ.get("MOCK_OFF_SCRIPT") or "free")
     except (faults.FaultError, script.ScriptError) as exc:
         sys.exit(f"mock_engine: {exc}")
 

@@ -165,7 +165,7 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                 limit = body.get("max_completion_tokens") or body.get("max_tokens") or settings.max_model_len - len(prompt_ids)
                 forced = forced[: int(limit)]
                 gen = lm.score(prompt_ids, forced, s)
-            elif script and tools and script.matches(messages):
+            elif script and script.off_script == "command" and tools and script.matches(messages):
                 # Off script on a scripted task: the model writes its own command, inside a call the
                 # agent accepts (lm.sample_command says why a free sample would fork the rollout).
                 prefix, suffix = toolcalls.format_call("bash", {"command": "\0"}).split('\\u0000"')

@@ -87,9 +87,15 @@ def _command_of(message: dict) -> str | None:
 
 
 class Script:
-    def __init__(self, entries: list[Entry], prob: float):
+    def __init__(self, entries: list[Entry], prob: float, off_script: str = "free"):
         self.entries = entries
         self.prob = prob
+        # What an off-script turn of a scripted task is: "free" (the model's unconstrained sample) or
+        # "command" (a bash call whose command the model writes: lm.sample_command says why an agent run
+        # needs that). MOCK_OFF_SCRIPT; the CPU form sets "command".
+        if off_script not in ("free", "command"):
+            raise ScriptError(f"MOCK_OFF_SCRIPT={off_script!r}: use free or command")
+        self.off_script = off_script
 
     def matches(self, messages: list[dict]) -> bool:
         """Whether this conversation is one of the scripted tasks (on script or not)."""

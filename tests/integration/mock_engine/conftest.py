@@ -43,6 +43,7 @@ def engine(tmp_path_factory, model_dir) -> str:
         **os.environ,
         "ENGINE_HOST": "127.0.0.1", "ENGINE_PORT": str(port), "MODEL": SERVED, "MOCK_MODEL_DIR": str(model_dir),
         "MOCK_SCRIPT_FILE": str(script), "MOCK_SCRIPT_PROB": "0.5", "MOCK_MAX_NEW_TOKENS": "48",
+        "MOCK_OFF_SCRIPT": "command",
         "MOCK_FAULTS": "",
     }
     log = work / "engine.log"
