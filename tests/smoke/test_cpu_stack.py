@@ -208,7 +208,6 @@ def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
 
 def test_teardown_leaves_nothing_behind(trained):
     t0 = trained.t_up
-    first_step = trained.first_step_time() if hasattr(trained, "first_step_time") else None
     trained.compose("down", "-v", "--remove-orphans", "--timeout", "60")
     after = docker_objects()
     for kind, names in after.items():
@@ -218,6 +217,6 @@ def test_teardown_leaves_nothing_behind(trained):
     assert stopped["services"] == {} and stopped["tunnel"]["state"].startswith("no hand-off volume"), stopped
     status_path = _run_dir(trained.bucket) / "status.json"
     status = json.loads(status_path.read_text())
-    print(f"\nsmoke: up -> first training step {status.get('first_step_at', t0) - t0:.0f} s; "
+    assert status.get("first_step_at"), status
+    print(f"\nsmoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
           f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB")
-    del first_step
