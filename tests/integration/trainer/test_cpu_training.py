@@ -13,6 +13,7 @@ name resuming at the next step.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -129,8 +130,13 @@ def test_two_steps_then_resume(stack):
     # The engine serves new weights: same prompt, different distribution.
     assert first_token_logprobs(stack["engine"], stack["model"]) != before, log[-8000:]
 
-    # No forking: a multi-turn rollout is ONE training row.
-    assert status["turns_mean"] > 1, status
+    # No forking: a multi-turn rollout is ONE training row. Checked over every logged window, not just the
+    # last one in status.json: which rollouts land in the last window is chance (an off-script rollout is
+    # one turn), and a run was once green or red on that alone.
+    windows = lambda key: [float(v) for v in re.findall(rf"'{re.escape(key)}': '([0-9.e+-]+)'", log)]
+    assert windows("rollout/turns_max") and max(windows("rollout/turns_max")) > 1, status
+    assert set(windows("rollout/samples_per_rollout")) == {1.0}, windows("rollout/samples_per_rollout")
+    assert set(windows("harbor/forked_rollout_frac")) == {0.0}, windows("harbor/forked_rollout_frac")
     assert status["samples_per_rollout"] == 1.0 and status["forked_rollout_frac"] == 0.0, status
     assert "warm-up rollout" in log
 
