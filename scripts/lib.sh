@@ -1,6 +1,7 @@
 # Shared by the operator scripts: find the repo, get `docker compose` v2 and the host test venv.
 # shellcheck shell=bash
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck disable=SC2034  # used by the scripts that source this file
 CPU_COMPOSE=(docker compose --project-directory "$REPO" -f "$REPO/compose.yaml" -f "$REPO/compose.cpu.yaml")
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }

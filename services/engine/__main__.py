@@ -17,8 +17,10 @@ def main() -> None:
         sys.exit(2)
     env = build_environment(os.environ)
     if not env.get("HF_HOME"):
-        print("engine: warning: HF_HOME is unset; the model is downloaded into the container and lost with it",
-              file=sys.stderr)
+        print(
+            "engine: warning: HF_HOME is unset; the model is downloaded into the container and lost with it",
+            file=sys.stderr,
+        )
     print("engine: " + shlex.join(argv), flush=True)
     os.execvpe(argv[0], argv, env)
 

@@ -91,7 +91,7 @@ def check_extra_args(extra: list[str]) -> None:
                 "the host network and must listen on 127.0.0.1 only (only the capture proxy is public); "
                 "remove --host from ENGINE_EXTRA_ARGS"
             )
-        negated = "--" + name[len("--no-"):] if name.startswith("--no-") else None
+        negated = "--" + name[len("--no-") :] if name.startswith("--no-") else None
         if name in REQUIRED_CAPTURE_FLAGS or negated in REQUIRED_CAPTURE_FLAGS:
             raise ConfigError(
                 f"ENGINE_EXTRA_ARGS contains {token!r}, which overrides a flag the training path requires "
@@ -125,16 +125,26 @@ def build_command(env: Mapping[str, str]) -> list[str]:
         )
 
     argv = [
-        "vllm", "serve", model,
-        "--host", host,
-        "--port", port,
-        "--max-model-len", _positive_int(env, "ENGINE_MAX_MODEL_LEN", "32768"),
-        "--gpu-memory-utilization", _fraction(env, "ENGINE_GPU_MEMORY_UTILIZATION", "0.85"),
-        "--tensor-parallel-size", _positive_int(env, "ENGINE_TENSOR_PARALLEL_SIZE", "1"),
-        "--data-parallel-size", _positive_int(env, "ENGINE_DATA_PARALLEL_SIZE", "1"),
-        "--dtype", (env.get("ENGINE_DTYPE") or "bfloat16").strip(),
+        "vllm",
+        "serve",
+        model,
+        "--host",
+        host,
+        "--port",
+        port,
+        "--max-model-len",
+        _positive_int(env, "ENGINE_MAX_MODEL_LEN", "32768"),
+        "--gpu-memory-utilization",
+        _fraction(env, "ENGINE_GPU_MEMORY_UTILIZATION", "0.85"),
+        "--tensor-parallel-size",
+        _positive_int(env, "ENGINE_TENSOR_PARALLEL_SIZE", "1"),
+        "--data-parallel-size",
+        _positive_int(env, "ENGINE_DATA_PARALLEL_SIZE", "1"),
+        "--dtype",
+        (env.get("ENGINE_DTYPE") or "bfloat16").strip(),
         "--enable-auto-tool-choice",
-        "--tool-call-parser", tool_parser,
+        "--tool-call-parser",
+        tool_parser,
     ]
     reasoning = (env.get("REASONING_PARSER") or "").strip()
     if reasoning:
@@ -145,16 +155,17 @@ def build_command(env: Mapping[str, str]) -> list[str]:
             parsed = json.loads(kwargs)
         except ValueError as exc:
             raise ConfigError(
-                f"CHAT_TEMPLATE_KWARGS is not JSON ({exc}); write a JSON object, e.g. "
-                '\'{"enable_thinking": false}\''
+                f"CHAT_TEMPLATE_KWARGS is not JSON ({exc}); write a JSON object, e.g. '{{\"enable_thinking\": false}}'"
             ) from None
         if not isinstance(parsed, dict):
-            raise ConfigError('CHAT_TEMPLATE_KWARGS must be a JSON object, e.g. \'{"enable_thinking": false}\'')
+            raise ConfigError("CHAT_TEMPLATE_KWARGS must be a JSON object, e.g. '{\"enable_thinking\": false}'")
         argv += ["--default-chat-template-kwargs", json.dumps(parsed, separators=(",", ":"))]
     argv += [
         "--return-tokens-as-token-ids",
-        "--logprobs-mode", "processed_logprobs",
-        "--weight-transfer-config", WEIGHT_TRANSFER_CONFIG,
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--weight-transfer-config",
+        WEIGHT_TRANSFER_CONFIG,
     ]
     try:
         extra = shlex.split(env.get("ENGINE_EXTRA_ARGS") or "")

@@ -39,7 +39,9 @@ def _request(url: str, body: dict | None, timeout: float) -> dict:
         detail = exc.read()[:300].decode(errors="replace")
         raise Unhealthy(f"{url} answered HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise Unhealthy(f"{url} is not reachable ({getattr(exc, 'reason', exc)}); the engine is still starting or died") from None
+        raise Unhealthy(
+            f"{url} is not reachable ({getattr(exc, 'reason', exc)}); the engine is still starting or died"
+        ) from None
     except ValueError:
         raise Unhealthy(f"{url} did not answer JSON") from None
 
@@ -99,7 +101,7 @@ def top_two_gap(payload: dict) -> float | None:
 
 
 def logprobs_mode(gap_cool: float | None, gap_hot: float | None, cool: float = 1.0, hot: float = 2.0) -> str:
-    """"processed" when the gap scales like cool/hot, "raw" when it stays put, "unknown" if unmeasurable.
+    """ "processed" when the gap scales like cool/hot, "raw" when it stays put, "unknown" if unmeasurable.
 
     Same method as OpenEnv's validate_llm, so the healthcheck and the env server's probe cannot disagree.
     """

@@ -33,7 +33,7 @@ WHEELHOUSE_DIR = "/wheelhouse"  # overridden from Settings by `apply`
 
 _VERSION_CMD = (
     'py=$(dirname "$(readlink -f "$(command -v mini-swe-agent)")")/python; '
-    "\"$py\" -c 'import minisweagent; print(\"mini-swe-agent\", minisweagent.__version__)'"
+    '"$py" -c \'import minisweagent; print("mini-swe-agent", minisweagent.__version__)\''
 )
 
 

@@ -19,8 +19,8 @@ import httpx
 
 from .settings import DEFAULT_DATASET, ConfigError, Settings
 
-
 # --- datasets -------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DatasetStatus:
@@ -59,6 +59,7 @@ def check_datasets(specs: tuple[str, ...]) -> list[DatasetStatus]:
 
 
 # --- sandbox backend ------------------------------------------------------------------------------
+
 
 @dataclass
 class SandboxReport:
@@ -162,6 +163,7 @@ def check_sandbox(settings: Settings, *, containerised: bool | None = None) -> S
 
 # --- engine ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class EngineStatus:
     url: str
@@ -244,6 +246,7 @@ def probe_engine(url: str, model: str, timeout: float = 5.0) -> EngineStatus:
 
 
 # --- tunnel hand-off ------------------------------------------------------------------------------
+
 
 def handoff_line(handoff_dir: str) -> str:
     import handoff

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import logging
+import time
 from typing import Any, ClassVar
 
 from openenv.harbor.environment import HarborEnvironment
@@ -168,8 +168,18 @@ class GatedHarborEnvironment(HarborEnvironment):
         try:
             with cls.inflight.track(label):
                 return await super()._run_rollout(
-                    split, task_index, harness, sandbox, reward_key, keep_sandbox, force_build,
-                    llm_url, model, api_key, auth_header, *rest,
+                    split,
+                    task_index,
+                    harness,
+                    sandbox,
+                    reward_key,
+                    keep_sandbox,
+                    force_build,
+                    llm_url,
+                    model,
+                    api_key,
+                    auth_header,
+                    *rest,
                 )
         finally:
             pinned_url.reset(token)

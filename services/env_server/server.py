@@ -15,9 +15,9 @@ import os
 import sys
 from typing import Any
 
-from .settings import ConfigError, Settings
-
 import handoff
+
+from .settings import ConfigError, Settings
 
 log = logging.getLogger("env_server")
 
@@ -173,7 +173,9 @@ def main() -> None:
     key = "from OPENENV_CAPTURE_ADMIN_KEY" if settings.admin_key_set else "random per process (routes locked)"
     lines.append(f"capture   proxy {where} instance={service.instance_id}; admin key {key}")
     if settings.capture_host not in ("127.0.0.1", "localhost", "::1"):
-        lines.append(f"          CAPTURE_HOST={settings.capture_host}: the proxy is reachable beyond loopback on purpose")
+        lines.append(
+            f"          CAPTURE_HOST={settings.capture_host}: the proxy is reachable beyond loopback on purpose"
+        )
     lines.append(checks.handoff_line(settings.handoff_dir))
     lines.append(
         f"task api  http://{settings.env_server_host}:{settings.env_server_port}/harbor_env/splits "

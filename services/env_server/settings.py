@@ -7,8 +7,8 @@ logs env-server` says what to change instead of showing a traceback.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 SANDBOXES = ("e2b", "docker")
 AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")
@@ -46,7 +46,7 @@ class Settings:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         notes: list[str] = []
 

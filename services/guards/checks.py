@@ -142,7 +142,9 @@ def check_hf_home(env, probes):
     if not hf_home:
         return f"HF_HOME is not set: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
     if not _under(hf_home, bucket):
-        return f"HF_HOME={hf_home} is not on the bucket: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
+        return (
+            f"HF_HOME={hf_home} is not on the bucket: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
+        )
     return None
 
 
@@ -318,7 +320,9 @@ CHECKS: dict[str, Callable] = {
 PREFLIGHT_ONLY = {"ports", "sandbox"}
 
 
-def run_all(env: Mapping[str, str] | None = None, probes: Probes | None = None, phase: str = "preflight") -> list[Failure]:
+def run_all(
+    env: Mapping[str, str] | None = None, probes: Probes | None = None, phase: str = "preflight"
+) -> list[Failure]:
     env = os.environ if env is None else env
     probes = probes or Probes()
     failures = []

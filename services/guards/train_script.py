@@ -13,7 +13,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 
-
 class TrainScriptError(ValueError):
     pass
 
@@ -59,7 +58,9 @@ def resolve(spec: str, timeout_s: float = 15.0) -> Resolved:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise TrainScriptError(f"TRAIN_SCRIPT={spec} is not readable ({exc.strerror}): fix its permissions") from exc
+            raise TrainScriptError(
+                f"TRAIN_SCRIPT={spec} is not readable ({exc.strerror}): fix its permissions"
+            ) from exc
     else:
         raise TrainScriptError(
             f"TRAIN_SCRIPT={spec} has scheme {scheme!r}: give an in-container path or an http(s) URL"

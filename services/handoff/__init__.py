@@ -91,9 +91,7 @@ def max_age_from_env(env: dict | None = None) -> float:
     return interval * failures + timeout + 1.0
 
 
-def publish(
-    url: str, instance: str, provider: str, directory: str | os.PathLike | None = None
-) -> Verified:
+def publish(url: str, instance: str, provider: str, directory: str | os.PathLike | None = None) -> Verified:
     """Record `url` as verified now. Keeps `published_at` when the same URL is re-verified."""
     now = time.time()
     current = read(directory)

@@ -29,19 +29,25 @@ def main() -> None:
 
     host = os.environ.get("ENGINE_HOST") or "127.0.0.1"
     if host not in {"127.0.0.1", "localhost", "::1"}:
-        sys.exit(f"mock_engine: ENGINE_HOST={host!r}: the engine must bind 127.0.0.1 (only the capture proxy is public)")
+        sys.exit(
+            f"mock_engine: ENGINE_HOST={host!r}: the engine must bind 127.0.0.1 (only the capture proxy is public)"
+        )
     port = _int("ENGINE_PORT", "8001")
     model_dir = os.environ.get("MOCK_MODEL_DIR") or "/app/models/tiny-agent"
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
-        sys.exit(f"mock_engine: MOCK_MODEL_DIR={model_dir} holds no model; build one with "
-                 f"`python -m mock_engine.build_model {model_dir}`")
+        sys.exit(
+            f"mock_engine: MOCK_MODEL_DIR={model_dir} holds no model; build one with "
+            f"`python -m mock_engine.build_model {model_dir}`"
+        )
     try:
         active = faults.from_env(os.environ)
         scripted = None
         if os.environ.get("MOCK_SCRIPT_FILE"):
-            scripted = script.Script(script.load(os.environ["MOCK_SCRIPT_FILE"]),
-                                     script.parse_prob(os.environ.get("MOCK_SCRIPT_PROB")),
-                                     os.environ.get("MOCK_OFF_SCRIPT") or "free")
+            scripted = script.Script(
+                script.load(os.environ["MOCK_SCRIPT_FILE"]),
+                script.parse_prob(os.environ.get("MOCK_SCRIPT_PROB")),
+                os.environ.get("MOCK_OFF_SCRIPT") or "free",
+            )
     except (faults.FaultError, script.ScriptError) as exc:
         sys.exit(f"mock_engine: {exc}")
 
@@ -52,14 +58,19 @@ def main() -> None:
     from mock_engine.lm import TinyLM
 
     torch.set_num_threads(int(os.environ.get("MOCK_TORCH_THREADS") or 1))
-    settings = Settings(model_dir=model_dir, served_name=os.environ.get("MODEL") or model_dir,
-                        max_model_len=_int("MOCK_MAX_MODEL_LEN", os.environ.get("ENGINE_MAX_MODEL_LEN") or "32768"),
-                        max_new_tokens=_int("MOCK_MAX_NEW_TOKENS", "256"))
+    settings = Settings(
+        model_dir=model_dir,
+        served_name=os.environ.get("MODEL") or model_dir,
+        max_model_len=_int("MOCK_MAX_MODEL_LEN", os.environ.get("ENGINE_MAX_MODEL_LEN") or "32768"),
+        max_new_tokens=_int("MOCK_MAX_NEW_TOKENS", "256"),
+    )
     lm = TinyLM(model_dir, settings.max_model_len, settings.max_new_tokens)
     app = create_app(settings, lm, scripted, active)
-    print(f"mock_engine: serving {settings.served_name} on http://{host}:{port} "
-          f"(script: {os.environ.get('MOCK_SCRIPT_FILE') or 'off'}, faults: {sorted(active.active) or 'none'})",
-          flush=True)
+    print(
+        f"mock_engine: serving {settings.served_name} on http://{host}:{port} "
+        f"(script: {os.environ.get('MOCK_SCRIPT_FILE') or 'off'}, faults: {sorted(active.active) or 'none'})",
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("MOCK_LOG_LEVEL", "warning"))
 
 

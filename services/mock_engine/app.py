@@ -13,8 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import torch
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from mock_engine import faults as faults_mod
@@ -63,21 +62,34 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     def models():
         return {
             "object": "list",
-            "data": [{
-                "id": settings.served_name, "object": "model", "created": started, "owned_by": "vllm",
-                "root": settings.model_dir, "parent": None, "max_model_len": settings.max_model_len,
-                "permission": [],
-            }],
+            "data": [
+                {
+                    "id": settings.served_name,
+                    "object": "model",
+                    "created": started,
+                    "owned_by": "vllm",
+                    "root": settings.model_dir,
+                    "parent": None,
+                    "max_model_len": settings.max_model_len,
+                    "permission": [],
+                }
+            ],
         }
 
     @app.get("/server_info")
     def server_info():
-        return {"vllm_config": {
-            "model_config": {"model": settings.model_dir, "dtype": "torch.float32",
-                             "max_model_len": settings.max_model_len, "logprobs_mode": "processed_logprobs"},
-            "parallel_config": {"tensor_parallel_size": 1, "data_parallel_size": 1, "pipeline_parallel_size": 1},
-            "lora_config": None,
-        }}
+        return {
+            "vllm_config": {
+                "model_config": {
+                    "model": settings.model_dir,
+                    "dtype": "torch.float32",
+                    "max_model_len": settings.max_model_len,
+                    "logprobs_mode": "processed_logprobs",
+                },
+                "parallel_config": {"tensor_parallel_size": 1, "data_parallel_size": 1, "pipeline_parallel_size": 1},
+                "lora_config": None,
+            }
+        }
 
     # ---- generation -----------------------------------------------------------------------------
     def _guard(body: dict) -> None:
@@ -162,17 +174,28 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                 forced = lm.encode(toolcalls.format_call("bash", {"command": action})) + [lm.tokenizer.eos_token_id]
                 # max_tokens binds the script too: a truncated call comes back as text, as from a real model.
                 # (but not MOCK_MAX_NEW_TOKENS, which only bounds the CPU spent on free samples).
-                limit = body.get("max_completion_tokens") or body.get("max_tokens") or settings.max_model_len - len(prompt_ids)
+                limit = (
+                    body.get("max_completion_tokens")
+                    or body.get("max_tokens")
+                    or settings.max_model_len - len(prompt_ids)
+                )
                 forced = forced[: int(limit)]
                 gen = lm.score(prompt_ids, forced, s)
             elif script and script.off_script == "command" and tools and script.matches(messages):
                 # Off script on a scripted task: the model writes its own command, inside a call the
                 # agent accepts (lm.sample_command says why a free sample would fork the rollout).
                 prefix, suffix = toolcalls.format_call("bash", {"command": "\0"}).split('\\u0000"')
-                gen = lm.sample_command(prompt_ids, prefix, suffix, Sampling(**{**s.__dict__, "seed": seed}),
-                                        max_command_tokens=MAX_COMMAND_TOKENS)
+                gen = lm.sample_command(
+                    prompt_ids,
+                    prefix,
+                    suffix,
+                    Sampling(**{**s.__dict__, "seed": seed}),
+                    max_command_tokens=MAX_COMMAND_TOKENS,
+                )
                 limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or len(gen.token_ids))
-                if len(gen.token_ids) > limit:  # cut by max_tokens: text with finish_reason length, as from a real model
+                if (
+                    len(gen.token_ids) > limit
+                ):  # cut by max_tokens: text with finish_reason length, as from a real model
                     gen.token_ids, gen.logprobs = gen.token_ids[:limit], gen.logprobs[:limit]
                     gen.top_logprobs, gen.finish_reason = gen.top_logprobs[:limit], "length"
             else:
@@ -184,8 +207,14 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
             choice = {
                 "index": index,
                 "message": {
-                    "role": "assistant", "content": parsed.content, "refusal": None, "annotations": None,
-                    "audio": None, "function_call": None, "tool_calls": parsed.tool_calls, "reasoning": None,
+                    "role": "assistant",
+                    "content": parsed.content,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "tool_calls": parsed.tool_calls,
+                    "reasoning": None,
                     "reasoning_content": None,
                 },
                 "logprobs": _chat_logprobs(gen, f) if want_lp else None,
@@ -196,10 +225,19 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
             choices.append(choice)
         _, prompt_on = _ids_fields(f, bool(body.get("return_token_ids")))
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": settings.served_name, "choices": choices, "service_tier": None, "system_fingerprint": None,
-            "usage": {"prompt_tokens": len(prompt_ids), "total_tokens": len(prompt_ids) + total_out,
-                      "completion_tokens": total_out, "prompt_tokens_details": None},
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": settings.served_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "total_tokens": len(prompt_ids) + total_out,
+                "completion_tokens": total_out,
+                "prompt_tokens_details": None,
+            },
             "prompt_logprobs": None,
             "prompt_token_ids": prompt_ids if prompt_on else None,
             "kv_transfer_params": None,
@@ -208,13 +246,17 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     def _chat_logprobs(gen: Generation, f) -> dict:
         content = []
         for tid, lp, top in zip(gen.token_ids, gen.logprobs, gen.top_logprobs):
-            content.append({
-                "token": _token_label(tid, f), "logprob": lp, "bytes": list(lm.token_text(tid).encode()),
-                "top_logprobs": [
-                    {"token": _token_label(t, f), "logprob": v, "bytes": list(lm.token_text(t).encode())}
-                    for t, v in top
-                ],
-            })
+            content.append(
+                {
+                    "token": _token_label(tid, f),
+                    "logprob": lp,
+                    "bytes": list(lm.token_text(tid).encode()),
+                    "top_logprobs": [
+                        {"token": _token_label(t, f), "logprob": v, "bytes": list(lm.token_text(t).encode())}
+                        for t, v in top
+                    ],
+                }
+            )
         return {"content": content}
 
     @app.post("/v1/completions")
@@ -261,26 +303,44 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                         for tid, lp, top in zip(gen.token_ids, gen.logprobs, gen.top_logprobs)
                     ],
                 }
-            choices.append({
-                "index": index, "text": lm.decode(text_ids), "logprobs": logprobs,
-                "finish_reason": gen.finish_reason, "stop_reason": None,
-                "token_ids": gen.token_ids if ids_on else None,
-                "prompt_logprobs": None,
-                "prompt_token_ids": prompt_ids if prompt_on else None,
-            })
+            choices.append(
+                {
+                    "index": index,
+                    "text": lm.decode(text_ids),
+                    "logprobs": logprobs,
+                    "finish_reason": gen.finish_reason,
+                    "stop_reason": None,
+                    "token_ids": gen.token_ids if ids_on else None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": prompt_ids if prompt_on else None,
+                }
+            )
         return {
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": settings.served_name, "choices": choices, "service_tier": None, "system_fingerprint": None,
-            "usage": {"prompt_tokens": len(prompt_ids), "total_tokens": len(prompt_ids) + total_out,
-                      "completion_tokens": total_out, "prompt_tokens_details": None},
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": settings.served_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "total_tokens": len(prompt_ids) + total_out,
+                "completion_tokens": total_out,
+                "prompt_tokens_details": None,
+            },
             "kv_transfer_params": None,
         }
 
     @app.post("/tokenize")
     def tokenize(body: dict):
         if "messages" in body:
-            ids = lm.render_chat(body["messages"], body.get("tools"), body.get("add_generation_prompt", True),
-                                 body.get("chat_template_kwargs"))
+            ids = lm.render_chat(
+                body["messages"],
+                body.get("tools"),
+                body.get("add_generation_prompt", True),
+                body.get("chat_template_kwargs"),
+            )
         else:
             ids = lm.encode(str(body.get("prompt", "")))
         return {"count": len(ids), "max_model_len": settings.max_model_len, "tokens": ids, "token_strs": None}
@@ -360,12 +420,11 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     @app.post("/mock/faults")
     def set_faults(body: dict):
         try:
-            app.state.faults = faults_mod.parse(body.get("active") or [], body.get("slow_s"),
-                                                body.get("error_status"), body.get("error_rate"))
+            app.state.faults = faults_mod.parse(
+                body.get("active") or [], body.get("slow_s"), body.get("error_status"), body.get("error_rate")
+            )
         except faults_mod.FaultError as exc:
             raise BadRequest(str(exc)) from None
         return app.state.faults.to_json()
 
     return app
-
-

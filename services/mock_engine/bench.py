@@ -52,9 +52,16 @@ def main(argv: list[str] | None = None) -> int:
 
     served = "tiny-agent"
     engine_port, proxy_port = _free_port(), _free_port()
-    env = {**os.environ, "ENGINE_HOST": "127.0.0.1", "ENGINE_PORT": str(engine_port), "MODEL": served,
-           "MOCK_MODEL_DIR": args.model_dir, "MOCK_MAX_NEW_TOKENS": str(args.max_tokens), "MOCK_FAULTS": "",
-           "MOCK_SCRIPT_FILE": ""}
+    env = {
+        **os.environ,
+        "ENGINE_HOST": "127.0.0.1",
+        "ENGINE_PORT": str(engine_port),
+        "MODEL": served,
+        "MOCK_MODEL_DIR": args.model_dir,
+        "MOCK_MAX_NEW_TOKENS": str(args.max_tokens),
+        "MOCK_FAULTS": "",
+        "MOCK_SCRIPT_FILE": "",
+    }
     engine = subprocess.Popen([sys.executable, "-m", "mock_engine"], env=env)
     try:
         engine_url = f"http://127.0.0.1:{engine_port}"
@@ -67,9 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         session = app.state.registry.create(capture_level="tokens")
 
         def call(base: str, seed: int, key: str | None) -> tuple[float, int]:
-            body = {"model": served, "messages": [{"role": "user", "content": f"Task {seed}: list the files."}],
-                    "max_tokens": args.max_tokens, "temperature": 1.0, "seed": seed, "logprobs": True,
-                    "return_token_ids": True}
+            body = {
+                "model": served,
+                "messages": [{"role": "user", "content": f"Task {seed}: list the files."}],
+                "max_tokens": args.max_tokens,
+                "temperature": 1.0,
+                "seed": seed,
+                "logprobs": True,
+                "return_token_ids": True,
+            }
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             t0 = time.perf_counter()
             resp = requests.post(f"{base}/v1/chat/completions", json=body, headers=headers, timeout=300)
@@ -97,11 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     mean_d, mean_p = statistics.mean(direct), statistics.mean(proxied)
     added = [p - d for p, d in zip(proxied, direct)]
     print(f"requests per path:      {args.requests} (same seeds, interleaved), max_tokens {args.max_tokens}")
-    print(f"mock engine:            {tokens / sum(direct):.1f} tokens/s ({tokens} tokens, mean {tokens / args.requests:.1f}/call)")
+    print(
+        f"mock engine:            {tokens / sum(direct):.1f} tokens/s ({tokens} tokens, mean {tokens / args.requests:.1f}/call)"
+    )
     print(f"latency direct:         mean {mean_d * 1000:.1f} ms, median {statistics.median(direct) * 1000:.1f} ms")
     print(f"latency through proxy:  mean {mean_p * 1000:.1f} ms, median {statistics.median(proxied) * 1000:.1f} ms")
-    print(f"capture proxy adds:     {statistics.mean(added) * 1000:.1f} ms/call mean, "
-          f"{statistics.median(added) * 1000:.1f} ms median; ratio proxied/direct {mean_p / mean_d:.2f}x")
+    print(
+        f"capture proxy adds:     {statistics.mean(added) * 1000:.1f} ms/call mean, "
+        f"{statistics.median(added) * 1000:.1f} ms median; ratio proxied/direct {mean_p / mean_d:.2f}x"
+    )
     return 0
 
 

@@ -50,7 +50,11 @@ def parse(active, slow_s=0.0, error_status=0, error_rate=1.0) -> Faults:
     if unknown:
         raise FaultError(f"unknown fault {unknown[0]!r}; known faults: {', '.join(FAULTS)}")
     try:
-        slow, status, rate = float(slow_s or 0), int(error_status or 0), float(1.0 if error_rate in (None, "") else error_rate)
+        slow, status, rate = (
+            float(slow_s or 0),
+            int(error_status or 0),
+            float(1.0 if error_rate in (None, "") else error_rate),
+        )
     except (TypeError, ValueError):
         raise FaultError("slow_s and error_rate must be numbers, error_status an integer") from None
     if status and not 500 <= status <= 599:
@@ -61,5 +65,6 @@ def parse(active, slow_s=0.0, error_status=0, error_rate=1.0) -> Faults:
 
 
 def from_env(env) -> Faults:
-    return parse(env.get("MOCK_FAULTS", ""), env.get("MOCK_SLOW_S"), env.get("MOCK_ERROR_STATUS"),
-                 env.get("MOCK_ERROR_RATE"))
+    return parse(
+        env.get("MOCK_FAULTS", ""), env.get("MOCK_SLOW_S"), env.get("MOCK_ERROR_STATUS"), env.get("MOCK_ERROR_RATE")
+    )

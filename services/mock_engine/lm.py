@@ -70,10 +70,14 @@ class TinyLM:
         self._declared: set[str] | None = None
 
     # ---- text ---------------------------------------------------------------------------------
-    def render_chat(self, messages: list[dict], tools: list | None, add_generation_prompt: bool,
-                    template_kwargs: dict | None) -> list[int]:
+    def render_chat(
+        self, messages: list[dict], tools: list | None, add_generation_prompt: bool, template_kwargs: dict | None
+    ) -> list[int]:
         text = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False,
+            messages,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
             **(template_kwargs or {}),
         )
         return self.encode(text)
@@ -125,8 +129,13 @@ class TinyLM:
         return out.logits[0]
 
     # ---- generation ---------------------------------------------------------------------------
-    def sample(self, prompt_ids: list[int], s: Sampling, banned: frozenset[int] = frozenset(),
-               stop_ids: frozenset[int] | None = None) -> Generation:
+    def sample(
+        self,
+        prompt_ids: list[int],
+        s: Sampling,
+        banned: frozenset[int] = frozenset(),
+        stop_ids: frozenset[int] | None = None,
+    ) -> Generation:
         """Sample up to `s.max_tokens` tokens, ending after a token in `stop_ids` (default: end of turn).
 
         `banned` tokens are masked before sampling, like a logits processor; the reported logprobs are
@@ -166,8 +175,9 @@ class TinyLM:
                 self._record(gen, row, self._process(row, s), token, s)
         return gen
 
-    def sample_command(self, prompt_ids: list[int], prefix: str, suffix: str, s: Sampling,
-                       max_command_tokens: int) -> Generation:
+    def sample_command(
+        self, prompt_ids: list[int], prefix: str, suffix: str, s: Sampling, max_command_tokens: int
+    ) -> Generation:
         """A tool call whose argument the model writes itself: `prefix` (up to the opening quote of the
         command string) and `suffix` are forced and scored, the command is sampled until the model emits
         the closing quote (or `max_command_tokens`). Characters that would break the JSON string
@@ -179,14 +189,21 @@ class TinyLM:
         command is still the model's own (and, from an untrained model, wrong: reward 0)."""
         quote = self.encode('"')[0]
         banned = frozenset(
-            i for i in range(len(self.tokenizer))
+            i
+            for i in range(len(self.tokenizer))
             if i in self.tokenizer.all_special_ids or self.tokenizer.decode([i]) in ("\\", "\n", "\r", "\t")
         )
         head_ids = self.encode(prefix)
         head = self.score(prompt_ids, head_ids, s)
-        body = self.sample(prompt_ids + head_ids, Sampling(**{**s.__dict__, "max_tokens": max_command_tokens}),
-                           banned=banned, stop_ids=frozenset({quote}))
-        tail_ids = ([] if body.finish_reason == "stop" else [quote]) + self.encode(suffix) + [self.tokenizer.eos_token_id]
+        body = self.sample(
+            prompt_ids + head_ids,
+            Sampling(**{**s.__dict__, "max_tokens": max_command_tokens}),
+            banned=banned,
+            stop_ids=frozenset({quote}),
+        )
+        tail_ids = (
+            ([] if body.finish_reason == "stop" else [quote]) + self.encode(suffix) + [self.tokenizer.eos_token_id]
+        )
         tail = self.score(prompt_ids + head_ids + body.token_ids, tail_ids, s)
         gen = Generation(finish_reason="stop")
         for part in (head, body, tail):

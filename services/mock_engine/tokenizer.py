@@ -46,7 +46,7 @@ CHAT_TEMPLATE = "".join(
         "{%- elif m.role == 'assistant' -%}",
         "<|im_start|>assistant{{ nl }}{{ text(m.content) }}",
         "{%- for tc in (m.tool_calls or []) -%}{%- set f = tc.function if tc.function is defined else tc -%}",
-        "<tool_call>{{ nl }}{\"name\": \"{{ f.name }}\", \"arguments\": "
+        '<tool_call>{{ nl }}{"name": "{{ f.name }}", "arguments": '
         "{%- if f.arguments is string %} {{ f.arguments }}{%- else %} {{ f.arguments | tojson }}{%- endif -%}"
         "}{{ nl }}</tool_call>",
         "{%- endfor -%}",

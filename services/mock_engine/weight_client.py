@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 class MockWeightTransfer:
     """The five methods AsyncGRPO's WeightTransferProtocol asks for, over HTTP to mock_engine."""
 
-    def __init__(self, engine_url: str, chunk_bytes: int = 32 << 20, timeout_s: float = 300.0,
-                 ready_timeout_s: float = 240.0):
+    def __init__(
+        self, engine_url: str, chunk_bytes: int = 32 << 20, timeout_s: float = 300.0, ready_timeout_s: float = 240.0
+    ):
         base = engine_url.rstrip("/")
         self.base = base[: -len("/v1")] if base.endswith("/v1") else base
         self.chunk_bytes = chunk_bytes
@@ -53,7 +54,9 @@ class MockWeightTransfer:
             except requests.RequestException:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"mock engine at {self.base} did not answer /health within {self.ready_timeout_s:.0f}s")
+                raise RuntimeError(
+                    f"mock engine at {self.base} did not answer /health within {self.ready_timeout_s:.0f}s"
+                )
             time.sleep(1.0)
         resp = requests.get(f"{self.base}/mock/weight_manifest", timeout=self.timeout_s)
         if resp.status_code == 404:
@@ -81,12 +84,16 @@ class MockWeightTransfer:
             raise RuntimeError("send_weights before init_weight_transfer")
         dtype, shape = str(tensor.dtype).removeprefix("torch."), list(tensor.shape)
         if name not in self.manifest:
-            raise RuntimeError(f"parameter {name!r} does not exist in the mock engine's model: the trainer loaded "
-                               "a different model than MOCK_MODEL_DIR")
+            raise RuntimeError(
+                f"parameter {name!r} does not exist in the mock engine's model: the trainer loaded "
+                "a different model than MOCK_MODEL_DIR"
+            )
         want_dtype, want_shape = self.manifest[name]
         if (dtype, shape) != (want_dtype, want_shape):
-            raise RuntimeError(f"parameter {name!r} is {dtype}{shape} in the trainer but {want_dtype}{want_shape} in "
-                               f"the mock engine: load the trainer's model in {want_dtype}")
+            raise RuntimeError(
+                f"parameter {name!r} is {dtype}{shape} in the trainer but {want_dtype}{want_shape} in "
+                f"the mock engine: load the trainer's model in {want_dtype}"
+            )
 
     def send_weights(self, iterator) -> None:
         from safetensors.torch import save
@@ -99,8 +106,7 @@ class MockWeightTransfer:
         def flush() -> None:
             nonlocal chunk, size
             if chunk:
-                self._post("/update_weights", data=save(chunk),
-                           headers={"Content-Type": "application/octet-stream"})
+                self._post("/update_weights", data=save(chunk), headers={"Content-Type": "application/octet-stream"})
             chunk, size = {}, 0
 
         for name, tensor in iterator:
@@ -114,6 +120,8 @@ class MockWeightTransfer:
         flush()
         self.last_result = self._post("/finish_weight_update")
         if self.last_result.get("untouched"):
-            log.warning("weight sync left %d mock-engine parameters untouched (frozen in the trainer?)",
-                        self.last_result["untouched"])
+            log.warning(
+                "weight sync left %d mock-engine parameters untouched (frozen in the trainer?)",
+                self.last_result["untouched"],
+            )
         log.debug("mock weight sync: %d tensors in %.2fs", sent, time.monotonic() - t0)

@@ -19,8 +19,18 @@ import torch.nn.functional as F
 
 
 def flash_attn_varlen_func(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-    softmax_scale=None, causal=True, window_size=(-1, -1), softcap=None, **_,
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=True,
+    window_size=(-1, -1),
+    softcap=None,
+    **_,
 ):
     """q: (total_q, H, D); k, v: (total_k, Hkv, D). Causal masks align to the bottom-right corner, as
     FlashAttention does when a query segment is the tail of its key segment."""

@@ -16,7 +16,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-
 # --- what one mini-swe-agent rollout costs in tokens -------------------------------------------------------------
 #
 # Measured in characters from mini-swe-agent 2.4.6's default config (minisweagent/config/mini.yaml, the tool-call
@@ -56,7 +55,9 @@ class TurnSizes:
     def turn_tokens(self, planning: str = "max") -> int:
         """Tokens one step adds to a chained sample: its completion and the tool output that follows."""
         pick = {"max": max, "mean": lambda pair: sum(pair) / 2}[planning]
-        return math.ceil(pick(self.completion_tokens) + pick(self.observation_tokens) + 2 * self.message_overhead_tokens)
+        return math.ceil(
+            pick(self.completion_tokens) + pick(self.observation_tokens) + 2 * self.message_overhead_tokens
+        )
 
     def rollout_tokens(self, step_limit: int, planning: str = "max") -> int:
         """Length of the chained sample of a rollout that used all `step_limit` model calls.
@@ -116,13 +117,19 @@ MEASURED: dict[str, dict[str, MemoryProfile]] = {
     "Qwen/Qwen3-1.7B": {
         # reserved peaks 14.1 GiB at 8k ... 86.7 GiB at 381k packed tokens
         GC_COMPILE: MemoryProfile(
-            fixed_gib=12.5, gib_per_1k_tokens=0.200, measured_on="NVIDIA H200", largest_measured_tokens=381_402,
+            fixed_gib=12.5,
+            gib_per_1k_tokens=0.200,
+            measured_on="NVIDIA H200",
+            largest_measured_tokens=381_402,
             gib_per_1k_forked_raw=0.035,  # measured eager (58-step forked rollout: 96 GiB at 79k packed tokens)
             settings={"gradient_checkpointing": "every layer", "compile": "decoder layers, inductor, dynamic"},
         ),
         # reserved peaks 14.1 GiB at 8k ... 75.7 GiB at 255k packed tokens
         GC: MemoryProfile(
-            fixed_gib=12.1, gib_per_1k_tokens=0.253, measured_on="NVIDIA H200", largest_measured_tokens=254_626,
+            fixed_gib=12.1,
+            gib_per_1k_tokens=0.253,
+            measured_on="NVIDIA H200",
+            largest_measured_tokens=254_626,
             gib_per_1k_forked_raw=0.035,
             settings={"gradient_checkpointing": "every layer", "compile": "off"},
         ),

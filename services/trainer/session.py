@@ -75,7 +75,8 @@ def mask_zero_filled(trace: TrainingTrace) -> tuple[TrainingTrace, int]:
             masked += 1
             logger.warning(
                 "turn %s: %d supervised tokens all carry logprob 0.0 (zero-filled on ingest); masking it out",
-                turn.node_id, len(supervised),
+                turn.node_id,
+                len(supervised),
             )
             turn = TrainingTurn(**{**turn.model_dump(), "loss_mask": [0] * len(turn.loss_mask)})
         turns.append(turn)

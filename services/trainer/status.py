@@ -56,8 +56,15 @@ def _num(value):
 class RunStatus:
     def __init__(self, path: Path, run_name: str, max_steps: int):
         self.path = path
-        self.doc = {"run_name": run_name, "state": "starting", "step": 0, "max_steps": max_steps,
-                    "last_checkpoint": None, "error": None, **{k: None for k in METRICS}}
+        self.doc = {
+            "run_name": run_name,
+            "state": "starting",
+            "step": 0,
+            "max_steps": max_steps,
+            "last_checkpoint": None,
+            "error": None,
+            **{k: None for k in METRICS},
+        }
 
     def update(self, **fields) -> None:
         self.doc.update(fields)

@@ -21,8 +21,8 @@ from openenv.core.harness.capture.upstream import training_sampling
 
 from . import weights
 from .config import Settings
-from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .factory import EnvServerRunner, HarborSessionFactory
+from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .reward import HarborReward
 from .session import RolloutFailed
 from .status import RunStatus, StatusCallback
@@ -32,8 +32,14 @@ logger = logging.getLogger("trainer")
 
 def runner_from_settings(s: Settings) -> EnvServerRunner:
     return EnvServerRunner(
-        env_server_url=s.env_server_url, harness=s.harness, sandbox=s.sandbox, llm_url=s.llm_url, model=s.model,
-        agent_step_limit=s.agent_step_limit, agent_timeout_s=s.agent_timeout_s, reward_key=s.reward_key,
+        env_server_url=s.env_server_url,
+        harness=s.harness,
+        sandbox=s.sandbox,
+        llm_url=s.llm_url,
+        model=s.model,
+        agent_step_limit=s.agent_step_limit,
+        agent_timeout_s=s.agent_timeout_s,
+        reward_key=s.reward_key,
     )
 
 
@@ -59,7 +65,10 @@ def warm_up(runner, rows: list[dict], s: Settings) -> dict:
     trace = session.fetch_training_trace()  # raises naming the vLLM flags when token ids are missing
     reward = session.verify([]).env_reward  # raises when REWARD_KEY names no reward of this suite
     summary = {
-        "task": rows[0].get("task_id"), "turns": len(trace.turns), "reward": reward, "timed_out": timed_out,
+        "task": rows[0].get("task_id"),
+        "turns": len(trace.turns),
+        "reward": reward,
+        "timed_out": timed_out,
         "wall_s": round(time.monotonic() - t0, 1),
     }
     print(f"trainer: warm-up rollout done: {summary}", flush=True)
@@ -123,9 +132,10 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
     os.environ.setdefault("TRACKIO_DIR", str(s.dashboard_dir / "trackio"))
     os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(s.dashboard_dir / "tensorboard" / s.run_name))
     import torch
-    from datasets import Dataset
     from transformers import AutoTokenizer
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    from datasets import Dataset
 
     from . import cpu_form
     from .worker import HarborRolloutWorker
@@ -213,8 +223,9 @@ def _report_memory_limits(s: Settings, card_gib: float) -> None:
     """The largest safe step limit and token budget for this card, from the measured memory profile;
     a warning when the configuration exceeds them. Printed before the first rollout group is paid for."""
     try:
-        limits = derive_limits(card_gib, s.model, max_model_len=s.engine_max_model_len,
-                               setting=GC_COMPILE if s.compile_layers else GC)
+        limits = derive_limits(
+            card_gib, s.model, max_model_len=s.engine_max_model_len, setting=GC_COMPILE if s.compile_layers else GC
+        )
     except UnknownModel as exc:
         print(f"trainer memory: {exc}", flush=True)
         return

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+
 def build(mode: str, engine_url: str):
     if mode == "nccl":
         return None  # AsyncGRPOTrainer builds its NCCL client itself

@@ -32,8 +32,12 @@ class HarborRolloutLoop(_HarnessRolloutLoop):
         _add(self._rates, "harbor/timeout_frac", float(bool(loop_exhausted)))
         _add(self._rates, "harbor/forked_rollout_frac", float(sequences > 1))
         super()._push_rollout_metrics(
-            turns=turns, sequences=sequences, completion_ids=completion_ids, tally=tally,
-            loop_exhausted=loop_exhausted, duration_s=duration_s,
+            turns=turns,
+            sequences=sequences,
+            completion_ids=completion_ids,
+            tally=tally,
+            loop_exhausted=loop_exhausted,
+            duration_s=duration_s,
         )
 
     async def _score_group(self, group):

@@ -79,9 +79,7 @@ def parse_record(line: str) -> Record | None:
         except ValueError:
             doc = None
         if isinstance(doc, dict) and "message" in doc:
-            extras = " ".join(
-                f"{k}={doc[k]}" for k in doc if k not in ("level", "time", "message")
-            )
+            extras = " ".join(f"{k}={doc[k]}" for k in doc if k not in ("level", "time", "message"))
             idx = doc.get("connIndex")
             return Record(
                 level=str(doc.get("level", "")),
@@ -137,14 +135,10 @@ def feed(state: LogState, line: str) -> LogState:
         state.url, state.source = bare[0], "trycloudflare-url"
         return state
 
-    if text.startswith("Registered tunnel connection") or (
-        text.startswith("Connection ") and " registered" in text
-    ):
+    if text.startswith("Registered tunnel connection") or (text.startswith("Connection ") and " registered" in text):
         if record.conn_index is not None:
             state.connected.add(record.conn_index)
-    elif text.startswith("Unregistered tunnel connection") or text.startswith(
-        "Connection terminated"
-    ):
+    elif text.startswith("Unregistered tunnel connection") or text.startswith("Connection terminated"):
         if record.conn_index is not None:
             state.connected.discard(record.conn_index)
 

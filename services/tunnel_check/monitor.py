@@ -79,7 +79,11 @@ class Monitor:
                 waited = time.monotonic() - self.unverified_since
                 log.info(
                     "HEALTHY: published %s (%s, instance %s) after %d failed attempt(s) over %.1fs",
-                    verdict.url, self.s.mode, verdict.instance, self.attempts, waited,
+                    verdict.url,
+                    self.s.mode,
+                    verdict.instance,
+                    self.attempts,
+                    waited,
                 )
             elif previous.url != self.published.url:
                 log.info("HEALTHY: URL changed %s -> %s, published the new one", previous.url, verdict.url)
@@ -113,7 +117,9 @@ class Monitor:
         self.attempts += 1
         log.warning(
             "not verified yet (attempt %d, %.0fs unpublished): %s",
-            self.attempts, time.monotonic() - self.unverified_since, verdict.detail,
+            self.attempts,
+            time.monotonic() - self.unverified_since,
+            verdict.detail,
         )
 
     def delay_after(self, started: float) -> float:

@@ -77,10 +77,7 @@ def _provider_page(status: int, body: str) -> str | None:
             "restarting or cannot reach Cloudflare)"
         )
     if status in (502, 504) and ("cloudflare" in lower or "bad gateway" in lower or "<html" in lower):
-        return (
-            f"the tunnel is up but its origin did not answer it (is the capture proxy at the "
-            f"tunnel's --url alive?)"
-        )
+        return "the tunnel is up but its origin did not answer it (is the capture proxy at the tunnel's --url alive?)"
     if status in (404, 410) and ("gradio" in lower or "frp" in lower or "tunnel" in lower):
         return "the share link is unknown to the share server (expired or its frpc client exited)"
     return None
@@ -102,9 +99,7 @@ def new_client() -> httpx.Client:
     return httpx.Client(follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0))
 
 
-def local_instance(
-    url: str, timeout_s: float, client: httpx.Client | None = None
-) -> tuple[str | None, Verdict | None]:
+def local_instance(url: str, timeout_s: float, client: httpx.Client | None = None) -> tuple[str | None, Verdict | None]:
     """The local proxy's instance id, or the failure that prevented reading it."""
     try:
         resp = (client or httpx).get(url, timeout=timeout_s)
@@ -143,8 +138,7 @@ def through(url: str, want_instance: str, timeout_s: float, client: httpx.Client
             if _is_dns_failure(exc):
                 return fail(
                     UNRESOLVABLE,
-                    f"{host} does not resolve ({exc}); a new quick-tunnel hostname can take a minute "
-                    "to appear in DNS",
+                    f"{host} does not resolve ({exc}); a new quick-tunnel hostname can take a minute to appear in DNS",
                     url,
                 )
             if "refused" in str(exc).lower():

@@ -28,7 +28,7 @@ def _bind(host: str, port: int, what: str, fix: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise SystemExit(f"tunnel-standin: cannot bind {what} {host}:{port} ({exc.strerror}); {fix}")
+        raise SystemExit(f"tunnel-standin: cannot bind {what} {host}:{port} ({exc.strerror}); {fix}") from None
     sock.listen(1024)
     sock.setblocking(False)
     return sock
@@ -58,8 +58,11 @@ def main(env: dict | None = None) -> int:
     url = f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"
 
     say = Announcer(env.get("TUNNEL_LOG") or None)
-    say.log("info", "Local tunnel stand-in (CPU form, not cloudflared): forwards to the capture proxy only",
-            target=f"http://127.0.0.1:{capture_port}")
+    say.log(
+        "info",
+        "Local tunnel stand-in (CPU form, not cloudflared): forwards to the capture proxy only",
+        target=f"http://127.0.0.1:{capture_port}",
+    )
     say.log("info", f"Starting metrics server on 127.0.0.1:{metrics_port}/metrics")
     say.banner(url)
     standin = Standin(State(url=url, capture_port=capture_port, target_port=capture_port), say)

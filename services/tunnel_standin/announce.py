@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 _LEVEL = {"debug": "DBG", "info": "INF", "warn": "WRN", "error": "ERR", "fatal": "FTL"}
 _lock = threading.Lock()
@@ -23,7 +23,7 @@ class Announcer:
         self.stream = stream or sys.stdout
 
     def log(self, level: str, message: str, **fields) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         console_time = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         kv = " ".join(f"{k}={json.dumps(v) if isinstance(v, str) and ' ' in v else v}" for k, v in fields.items())
         line = f"{console_time} {_LEVEL[level]} {message}" + (f" {kv}" if kv else "")

@@ -9,12 +9,12 @@ connector (cloudflared is dead). Wording follows the public pages' structure, no
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def _page(host: str, status: int, code: int, title: str, what: str, fix: str) -> str:
     ray = secrets.token_hex(8)
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"""<!DOCTYPE html>
 <html lang="en-US">
 <head>
@@ -43,7 +43,10 @@ def _page(host: str, status: int, code: int, title: str, what: str, fix: str) ->
 
 def bad_gateway(host: str) -> tuple[int, str]:
     return 502, _page(
-        host, 502, 502, "Bad gateway",
+        host,
+        502,
+        502,
+        "Bad gateway",
         f"The web server reported a bad gateway error: the tunnel for {host} is connected, but the "
         "origin service behind it did not answer.",
         "If you are the owner of this website: check that the service named in the tunnel's --url is "
@@ -53,7 +56,10 @@ def bad_gateway(host: str) -> tuple[int, str]:
 
 def tunnel_error(host: str) -> tuple[int, str]:
     return 530, _page(
-        host, 530, 1033, "Cloudflare Tunnel error",
+        host,
+        530,
+        1033,
+        "Cloudflare Tunnel error",
         f"You've requested a page on a website ({host}) that is on the Cloudflare network. The host "
         f"({host}) is configured as a Cloudflare Tunnel, and Cloudflare is currently unable to resolve it.",
         "If you are the owner of this website: ensure that cloudflared is running and can reach the network.",

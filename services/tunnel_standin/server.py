@@ -39,8 +39,15 @@ log = logging.getLogger("tunnel_standin")
 # RFC 9110 hop-by-hop headers, plus Host (the next hop's is 127.0.0.1). Content-Length is kept
 # both ways: bodies are relayed byte for byte (aiter_raw, no re-encoding), so it stays true.
 _HOP = {
-    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
-    b"transfer-encoding", b"upgrade", b"host",
+    b"connection",
+    b"keep-alive",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+    b"host",
 }
 
 
@@ -90,8 +97,14 @@ class Standin:
 
     def _registered(self) -> None:
         self.say.log(
-            "info", "Registered tunnel connection", connIndex=0, connection=self.state.connection,
-            event=0, ip="127.0.0.1", location="local", protocol="http",
+            "info",
+            "Registered tunnel connection",
+            connIndex=0,
+            connection=self.state.connection,
+            event=0,
+            ip="127.0.0.1",
+            location="local",
+            protocol="http",
         )
 
     # -- the public side ----------------------------------------------------------------------------
@@ -115,8 +128,11 @@ class Standin:
             url += "?" + query.decode("latin-1")
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
         client_ip = (scope.get("client") or ("", 0))[0]
-        headers += [(b"x-forwarded-for", client_ip.encode()), (b"x-forwarded-proto", b"http"),
-                    (b"cf-connecting-ip", client_ip.encode())]
+        headers += [
+            (b"x-forwarded-for", client_ip.encode()),
+            (b"x-forwarded-proto", b"http"),
+            (b"cf-connecting-ip", client_ip.encode()),
+        ]
 
         async def body():
             while True:
@@ -129,22 +145,28 @@ class Standin:
                     return
 
         has_body = any(k.lower() in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
-        request = self.client.build_request(
-            scope["method"], url, headers=headers, content=body() if has_body else None
-        )
+        request = self.client.build_request(scope["method"], url, headers=headers, content=body() if has_body else None)
         try:
             upstream = await self.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             # What cloudflared does when its origin refuses: the edge serves a 502 page.
-            self.say.log("error", "Request failed", error=f"Unable to reach the origin service: {exc}",
-                         connIndex=0, dest=url, originService=f"http://127.0.0.1:{self.state.target_port}")
+            self.say.log(
+                "error",
+                "Request failed",
+                error=f"Unable to reach the origin service: {exc}",
+                connIndex=0,
+                dest=url,
+                originService=f"http://127.0.0.1:{self.state.target_port}",
+            )
             return await _respond(send, *pages.bad_gateway(self.state.host))
         try:
-            await send({
-                "type": "http.response.start",
-                "status": upstream.status_code,
-                "headers": [(k, v) for k, v in upstream.headers.raw if k.lower() not in _HOP],
-            })
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": upstream.status_code,
+                    "headers": [(k, v) for k, v in upstream.headers.raw if k.lower() not in _HOP],
+                }
+            )
             async for chunk in upstream.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -189,8 +211,9 @@ class Standin:
             asyncio.get_running_loop().call_later(0.05, self.die)
             return
         if method == "GET" and path == "/admin/state":
-            return await _json(send, 200, {"url": self.state.url, "mode": self.state.mode,
-                                           "target_port": self.state.target_port})
+            return await _json(
+                send, 200, {"url": self.state.url, "mode": self.state.mode, "target_port": self.state.target_port}
+            )
         return await _json(send, 404, {"error": f"no route {method} {path}"})
 
     # -- running ----------------------------------------------------------------------------------
@@ -204,9 +227,13 @@ class Standin:
             (signal.SIGINT, self.shutdown),
         ):
             loop.add_signal_handler(sig, action)
-        for app, sock in ((self.public, public_sock), (self.metrics, metrics_sock)):
+        for app, _sock in ((self.public, public_sock), (self.metrics, metrics_sock)):
             config = uvicorn.Config(
-                app, interface="asgi3", log_level="warning", lifespan="on", server_header=False,
+                app,
+                interface="asgi3",
+                log_level="warning",
+                lifespan="on",
+                server_header=False,
                 timeout_graceful_shutdown=5,
             )
             self.servers.append(_Server(config))
@@ -245,12 +272,18 @@ async def _lifespan(receive, send) -> None:
 
 async def _respond(send, status: int, body: str, ctype: bytes = b"text/html; charset=UTF-8") -> None:
     data = body.encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", ctype), (b"content-length", str(len(data)).encode()),
-                    (b"server", b"cloudflare"), (b"cache-control", b"private, max-age=0, no-store")],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", ctype),
+                (b"content-length", str(len(data)).encode()),
+                (b"server", b"cloudflare"),
+                (b"cache-control", b"private, max-age=0, no-store"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 

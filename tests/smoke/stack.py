@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "asyncgrpo-smoke"
 
 
-def run(args: list[str], *, check: bool = True, timeout: float | None = None, env: dict | None = None,
-        capture: bool = True) -> subprocess.CompletedProcess:
+def run(
+    args: list[str], *, check: bool = True, timeout: float | None = None, env: dict | None = None, capture: bool = True
+) -> subprocess.CompletedProcess:
     out = subprocess.run(args, capture_output=capture, text=True, timeout=timeout, env=env, check=False)
     if check and out.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {out.returncode}\n{out.stdout}\n{out.stderr}")
@@ -34,18 +35,38 @@ class Stack:
     _events_proc: subprocess.Popen | None = None
 
     def compose(self, *args: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
-        base = ["docker", "compose", "--project-directory", str(ROOT), "-p", PROJECT,
-                "-f", str(ROOT / "compose.yaml"), "-f", str(ROOT / "compose.cpu.yaml"),
-                "--env-file", str(self.env_file)]
+        base = [
+            "docker",
+            "compose",
+            "--project-directory",
+            str(ROOT),
+            "-p",
+            PROJECT,
+            "-f",
+            str(ROOT / "compose.yaml"),
+            "-f",
+            str(ROOT / "compose.cpu.yaml"),
+            "--env-file",
+            str(self.env_file),
+        ]
         return run(base + list(args), check=check, timeout=timeout, env=self.env)
 
     # --- what Docker saw -------------------------------------------------------------------
     def start_recording(self) -> None:
         """Docker's event stream for this project: starts, deaths, health transitions, with times."""
         self._events_proc = subprocess.Popen(
-            ["docker", "events", "--format", "{{json .}}",
-             "--filter", f"label=com.docker.compose.project={PROJECT}", "--filter", "type=container"],
-            stdout=subprocess.PIPE, text=True,
+            [
+                "docker",
+                "events",
+                "--format",
+                "{{json .}}",
+                "--filter",
+                f"label=com.docker.compose.project={PROJECT}",
+                "--filter",
+                "type=container",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
 
         def read_events() -> None:
@@ -56,18 +77,23 @@ class Stack:
                 except ValueError:
                     continue
                 attrs = event.get("Actor", {}).get("Attributes", {})
-                self.events.append({
-                    "service": attrs.get("com.docker.compose.service", "?"),
-                    "status": event.get("status") or event.get("Action", ""),
-                    "time": event.get("timeNano", 0) / 1e9,
-                    "exitCode": attrs.get("exitCode"),
-                })
+                self.events.append(
+                    {
+                        "service": attrs.get("com.docker.compose.service", "?"),
+                        "status": event.get("status") or event.get("Action", ""),
+                        "time": event.get("timeNano", 0) / 1e9,
+                        "exitCode": attrs.get("exitCode"),
+                    }
+                )
 
         def sample_memory() -> None:
             while not self._stop.wait(2.0):
                 out = run(["docker", "stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}"], check=False)
-                total = sum(_bytes(line.split()[1]) for line in out.stdout.splitlines()
-                            if line.startswith(PROJECT) and len(line.split()) > 1)
+                total = sum(
+                    _bytes(line.split()[1])
+                    for line in out.stdout.splitlines()
+                    if line.startswith(PROJECT) and len(line.split()) > 1
+                )
                 self.peak_mem_bytes = max(self.peak_mem_bytes, total)
 
         for target in (read_events, sample_memory):
@@ -147,15 +173,17 @@ def _addr(hex_addr: str, family: int) -> str:
     if family == 4:
         return str(ipaddress.IPv4Address(raw[::-1]))
     # /proc/net/tcp6 stores four little-endian 32-bit words.
-    words = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
     addr = ipaddress.IPv6Address(words)
     return str(addr.ipv4_mapped or addr)
 
 
 def docker_objects() -> dict[str, set[str]]:
     """Containers, networks and volumes on this daemon, by name, to diff before and after."""
+
     def names(args: list[str]) -> set[str]:
         return set(run(args, check=False).stdout.split())
+
     return {
         "containers": names(["docker", "ps", "-a", "--format", "{{.Names}}"]),
         "networks": names(["docker", "network", "ls", "--format", "{{.Name}}"]),

@@ -44,13 +44,18 @@ def stack(tmp_path_factory):
         "E2B_API_KEY": "e2b_" + secrets.token_hex(12),
     }
     env_file = run_dir / "smoke.env"
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in {
-        **secret_values,
-        "CPU_BUCKET_PATH": str(bucket),
-        "CPU_TRIALS_DIR": str(trials),
-        "CPU_MAX_STEPS": "2",
-        "RUN_NAME": "",
-    }.items()))
+    env_file.write_text(
+        "".join(
+            f"{k}={v}\n"
+            for k, v in {
+                **secret_values,
+                "CPU_BUCKET_PATH": str(bucket),
+                "CPU_TRIALS_DIR": str(trials),
+                "CPU_MAX_STEPS": "2",
+                "RUN_NAME": "",
+            }.items()
+        )
+    )
     env = clean_env()
     before_objects = docker_objects()
     before_sockets = listening_sockets()
@@ -108,7 +113,10 @@ def test_trainer_finished_cleanly(trained):
 def test_services_came_up_in_the_designed_order(trained):
     t = trained.first
     done_preflight = [e["time"] for e in trained.events if e["service"] == "preflight" and e["status"] == "die"]
-    assert done_preflight and [e["exitCode"] for e in trained.events if e["service"] == "preflight" and e["status"] == "die"][0] == "0"
+    assert (
+        done_preflight
+        and [e["exitCode"] for e in trained.events if e["service"] == "preflight" and e["status"] == "die"][0] == "0"
+    )
     healthy = {s: t(s, "health_status: healthy") for s in ("engine", "env-server", "tunnel", "tunnel-check")}
     started = {s: t(s, "start") for s in ("engine", "env-server", "tunnel", "tunnel-check", "trainer")}
     assert all(healthy.values()), f"never healthy: {[s for s, v in healthy.items() if not v]}"
@@ -124,7 +132,9 @@ def test_tunnel_check_verified_the_url_through_the_stand_in(trained):
     doc = json.loads(out)
     assert doc["state"] == "verified", doc
     host = doc["url"].split("//", 1)[1].split(":")[0]
-    assert host not in ("127.0.0.1", "localhost"), f"the advertised URL must be one a sandbox can route to: {doc['url']}"
+    assert host not in ("127.0.0.1", "localhost"), (
+        f"the advertised URL must be one a sandbox can route to: {doc['url']}"
+    )
     assert f"HEALTHY: published {doc['url']}" in trained.compose("logs", "tunnel-check", check=False).stdout
 
 
@@ -201,8 +211,9 @@ def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
 
     with HarborEnv(base_url="http://127.0.0.1:8000") as env:
         split = env.splits()[0]["name"]
-        result = env.run_rollout(split=split, task_index=0, harness="mini-swe-agent", sandbox="docker",
-                                 llm_url="http://127.0.0.1:8001/v1")
+        result = env.run_rollout(
+            split=split, task_index=0, harness="mini-swe-agent", sandbox="docker", llm_url="http://127.0.0.1:8001/v1"
+        )
     assert result.reward is None and "tunnel not verified" in (result.error or ""), result
 
 
@@ -218,5 +229,7 @@ def test_teardown_leaves_nothing_behind(trained):
     status_path = _run_dir(trained.bucket) / "status.json"
     status = json.loads(status_path.read_text())
     assert status.get("first_step_at"), status
-    print(f"\nsmoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
-          f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB")
+    print(
+        f"\nsmoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
+        f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB"
+    )

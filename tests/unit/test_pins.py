@@ -77,8 +77,12 @@ def test_the_documented_conflicts_are_the_only_ones():
         _norm(r.name)
         for r in upstream_requires("vllm")
         if _norm(r.name) in pins
-        and (r.marker is None or r.marker.evaluate({"python_version": "3.12", "platform_machine": "x86_64",
-                                                     "platform_system": "Linux", "extra": ""}))
+        and (
+            r.marker is None
+            or r.marker.evaluate(
+                {"python_version": "3.12", "platform_machine": "x86_64", "platform_system": "Linux", "extra": ""}
+            )
+        )
         and Version(pins[_norm(r.name)]) not in r.specifier
     }
     assert violated == TRAINER_ONLY_CONFLICTS, (
@@ -103,7 +107,17 @@ def test_pins_table_matches_constraints():
             table[_norm(cells[0])] = cells[1]
     for name, version in table.items():
         assert pins.get(name) == version, f"PINS.md says {name} {version}, constraints.txt {pins.get(name)}"
-    missing = {"trl", "openenv", "harbor", "vllm", "torch", "mini-swe-agent", "e2b", "huggingface-hub", "requests"} - set(table)
+    missing = {
+        "trl",
+        "openenv",
+        "harbor",
+        "vllm",
+        "torch",
+        "mini-swe-agent",
+        "e2b",
+        "huggingface-hub",
+        "requests",
+    } - set(table)
     assert not missing, f"PINS.md lacks a row (and a reason) for {sorted(missing)}"
 
 
@@ -111,7 +125,9 @@ def _dockerfile_base_default(image: str) -> str:
     text = (ROOT / "images" / image / "Dockerfile").read_text()
     match = re.search(r"^ARG BASE_IMAGE=(\S+)", text, re.M)
     assert match, f"images/{image}/Dockerfile must take its base as `ARG BASE_IMAGE=<public image>`"
-    assert re.search(r"^FROM \$\{BASE_IMAGE\}", text, re.M), f"images/{image}/Dockerfile must build FROM ${{BASE_IMAGE}}"
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}", text, re.M), (
+        f"images/{image}/Dockerfile must build FROM ${{BASE_IMAGE}}"
+    )
     return match.group(1)
 
 
@@ -146,4 +162,6 @@ def test_requirement_files_name_no_versions():
         for line in path.read_text().splitlines():
             line = line.split("#", 1)[0].strip()
             if line:
-                assert not re.search(r"[=<>!~]", line), f"{path.name}: {line!r} pins a version; pin it in constraints.txt"
+                assert not re.search(r"[=<>!~]", line), (
+                    f"{path.name}: {line!r} pins a version; pin it in constraints.txt"
+                )

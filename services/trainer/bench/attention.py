@@ -22,22 +22,53 @@ import torch.nn.functional as F
 
 
 def flash_attn_varlen_func(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-    softmax_scale=None, causal=True, window_size=(-1, -1), softcap=None, **_,
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=True,
+    window_size=(-1, -1),
+    softcap=None,
+    **_,
 ):
     if softcap:
         raise NotImplementedError("PyTorch's FlashAttention-2 varlen kernel has no softcap (Qwen3 needs none)")
     left, right = window_size if window_size not in (None, (-1, -1)) else (None, None)
     out, *_rest = torch.ops.aten._flash_attention_forward(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), 0.0, causal, False,
-        scale=softmax_scale, window_size_left=left, window_size_right=right,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        int(max_seqlen_q),
+        int(max_seqlen_k),
+        0.0,
+        causal,
+        False,
+        scale=softmax_scale,
+        window_size_left=left,
+        window_size_right=right,
     )
     return out
 
 
 def cpu_varlen_func(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-    softmax_scale=None, causal=True, window_size=(-1, -1), softcap=None, **_,
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=True,
+    window_size=(-1, -1),
+    softcap=None,
+    **_,
 ):
     """The same contract on CPU, one segment at a time (dry runs only: the tiny plan has no GPU)."""
     out = torch.empty_like(q)
@@ -47,8 +78,11 @@ def cpu_varlen_func(
         lq, lk = q1 - q0, k1 - k0
         mask = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)  # bottom-right causal
         out[q0:q1] = F.scaled_dot_product_attention(
-            q[q0:q1].transpose(0, 1), k[k0:k1].transpose(0, 1).repeat_interleave(groups, 0),
-            v[k0:k1].transpose(0, 1).repeat_interleave(groups, 0), attn_mask=mask, scale=softmax_scale,
+            q[q0:q1].transpose(0, 1),
+            k[k0:k1].transpose(0, 1).repeat_interleave(groups, 0),
+            v[k0:k1].transpose(0, 1).repeat_interleave(groups, 0),
+            attn_mask=mask,
+            scale=softmax_scale,
         ).transpose(0, 1)
     return out
 
@@ -96,14 +130,23 @@ def check(device: str = "cuda", heads: int = 16, kv_heads: int = 8, head_dim: in
         small.observations = [o[:60] for o in small.observations]
         for i, (ids, mask) in enumerate(forked_samples(small, vocab)):
             s = rollout_sample(ids, mask, group_id=g, seed=i, vocab=vocab)
-            row.add({"input_ids": s.input_ids, "completion_mask": s.completion_mask,
-                     "old_log_probs": s.old_log_probs, "advantage": s.advantage, "group_id": g})
+            row.add(
+                {
+                    "input_ids": s.input_ids,
+                    "completion_mask": s.completion_mask,
+                    "old_log_probs": s.old_log_probs,
+                    "advantage": s.advantage,
+                    "group_id": g,
+                }
+            )
     packed = row.pack()
     n = len(packed["input_ids"])
     gen = torch.Generator().manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    q, k, v = (torch.randn(1, h, n, head_dim, generator=gen).to(device, dtype).requires_grad_()
-               for h in (heads, kv_heads, kv_heads))
+    q, k, v = (
+        torch.randn(1, h, n, head_dim, generator=gen).to(device, dtype).requires_grad_()
+        for h in (heads, kv_heads, kv_heads)
+    )
     kw = {key: packed[key].to(device) for key in ("tree_kv_index", "tree_cu_seqlens_q", "tree_cu_seqlens_k")}
     kw["tree_max_seqlen_q"], kw["tree_max_seqlen_k"] = packed["tree_max_seqlens"].tolist()
     module = torch.nn.Linear(1, 1).to(device, dtype)  # get_target_dtype reads a Linear's dtype for fp32 queries

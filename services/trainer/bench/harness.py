@@ -26,15 +26,37 @@ import torch
 
 # Qwen3-1.7B's published config (Qwen/Qwen3-1.7B config.json); weights are random, nothing is downloaded.
 QWEN3_1_7B = dict(
-    hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-    intermediate_size=6144, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=40960,
-    rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu", bos_token_id=151643, eos_token_id=151645,
+    hidden_size=2048,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=6144,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=40960,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    hidden_act="silu",
+    bos_token_id=151643,
+    eos_token_id=151645,
 )
 # Same architecture, sized for a CPU dry run.
 TINY = dict(
-    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-    intermediate_size=128, vocab_size=2048, tie_word_embeddings=True, max_position_embeddings=40960,
-    rope_theta=1_000_000.0, rms_norm_eps=1e-6, hidden_act="silu", bos_token_id=1, eos_token_id=1,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=2048,
+    tie_word_embeddings=True,
+    max_position_embeddings=40960,
+    rope_theta=1_000_000.0,
+    rms_norm_eps=1e-6,
+    hidden_act="silu",
+    bos_token_id=1,
+    eos_token_id=1,
 )
 MODELS = {"qwen3-1.7b": QWEN3_1_7B, "tiny": TINY}
 
@@ -169,17 +191,19 @@ class Probe:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - self._t0
         t = self.trainer
-        self.records.append(StepRecord(
-            seconds=seconds,
-            peak_gib=torch.cuda.max_memory_allocated() / 2**30 if self.cuda else float("nan"),
-            reserved_gib=torch.cuda.max_memory_reserved() / 2**30 if self.cuda else float("nan"),
-            resident_gib=self._resident,
-            forwarded_tokens=int(t._step_forward_tokens),
-            trained_tokens=int(t._step_trained_tokens),
-            samples=round(t._step_samples),
-            attention_keys=self._keys,
-            optimizer_s=t._step_optimizer_s,
-        ))
+        self.records.append(
+            StepRecord(
+                seconds=seconds,
+                peak_gib=torch.cuda.max_memory_allocated() / 2**30 if self.cuda else float("nan"),
+                reserved_gib=torch.cuda.max_memory_reserved() / 2**30 if self.cuda else float("nan"),
+                resident_gib=self._resident,
+                forwarded_tokens=int(t._step_forward_tokens),
+                trained_tokens=int(t._step_trained_tokens),
+                samples=round(t._step_samples),
+                attention_keys=self._keys,
+                optimizer_s=t._step_optimizer_s,
+            )
+        )
 
     def callback(self):
         from transformers import TrainerCallback
@@ -205,10 +229,16 @@ class Bench:
     cuda: bool
 
 
-def build(shape_name: str = "qwen3-1.7b", dtype: str = "bfloat16", gradient_checkpointing: bool = True,
-          workdir: str | None = None, extra_callbacks: tuple = ()) -> Bench:
-    from datasets import Dataset
+def build(
+    shape_name: str = "qwen3-1.7b",
+    dtype: str = "bfloat16",
+    gradient_checkpointing: bool = True,
+    workdir: str | None = None,
+    extra_callbacks: tuple = (),
+) -> Bench:
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    from datasets import Dataset
 
     cuda = torch.cuda.is_available()
     if not cuda:
@@ -339,10 +369,13 @@ def model_flops(shape: dict, r: StepRecord) -> float:
     (causal, tree-aware), and the LM head only at the trained positions, which is all TRL's fused head computes.
     """
     h, layers = shape["hidden_size"], shape["num_hidden_layers"]
-    heads, kv, hd, inter = (shape[k] for k in ("num_attention_heads", "num_key_value_heads", "head_dim",
-                                               "intermediate_size"))
+    heads, kv, hd, inter = (
+        shape[k] for k in ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size")
+    )
     per_layer = h * (heads * hd + 2 * kv * hd) + heads * hd * h + 3 * h * inter
-    forward = (2 * r.forwarded_tokens * per_layer * layers
-               + 4 * heads * hd * layers * r.attention_keys
-               + 2 * r.trained_tokens * shape["vocab_size"] * h)
+    forward = (
+        2 * r.forwarded_tokens * per_layer * layers
+        + 4 * heads * hd * layers * r.attention_keys
+        + 2 * r.trained_tokens * shape["vocab_size"] * h
+    )
     return 3.0 * forward

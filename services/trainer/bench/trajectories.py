@@ -42,7 +42,9 @@ def template_ids(vocab: int, turns: TurnSizes = DEFAULT_TURNS) -> np.ndarray:
     return _ids(np.random.default_rng(12345), turns.template_tokens + turns.message_overhead_tokens, vocab)
 
 
-def trajectory(seed: int, steps: int, vocab: int, turns: TurnSizes = DEFAULT_TURNS, ids_seed: int | None = None) -> Trajectory:
+def trajectory(
+    seed: int, steps: int, vocab: int, turns: TurnSizes = DEFAULT_TURNS, ids_seed: int | None = None
+) -> Trajectory:
     """Turn sizes drawn from `seed`, token ids from `ids_seed` (default: `seed`): the same shape with other ids is
     another rollout of equal cost that TRL's trie cannot fold into the first."""
     sizes = np.random.default_rng(seed)
@@ -58,13 +60,16 @@ def trajectory(seed: int, steps: int, vocab: int, turns: TurnSizes = DEFAULT_TUR
     return Trajectory(prompt, completions, observations)
 
 
-def trajectory_of_length(seed: int, tokens: int, vocab: int, turns: TurnSizes = DEFAULT_TURNS,
-                         ids_seed: int | None = None) -> Trajectory:
+def trajectory_of_length(
+    seed: int, tokens: int, vocab: int, turns: TurnSizes = DEFAULT_TURNS, ids_seed: int | None = None
+) -> Trajectory:
     """As many steps as fit in `tokens`; the last completion is cut (or stretched) so the chained sample is exactly
     `tokens` long."""
     full = trajectory(seed, tokens // 300 + 2, vocab, turns, ids_seed)
     if tokens <= len(full.prompt):
-        raise ValueError(f"a {tokens}-token sample cannot hold the {len(full.prompt)}-token prompt and a completion")  # a step adds >= 324 tokens
+        raise ValueError(
+            f"a {tokens}-token sample cannot hold the {len(full.prompt)}-token prompt and a completion"
+        )  # a step adds >= 324 tokens
     length, steps = len(full.prompt), 0
     while True:
         c, o = len(full.completions[steps]), len(full.observations[steps])
@@ -117,6 +122,13 @@ def rollout_sample(ids: np.ndarray, mask: np.ndarray, group_id: int, seed: int, 
     old = -np.log(vocab) + rng.normal(0.0, 0.05, size=len(ids))
     old_log_probs = np.where(mask > 0, old, 0.0).astype(np.float32)
     return RolloutSample(
-        prompt=[], completion=[], input_ids=ids, completion_mask=mask, old_log_probs=old_log_probs,
-        advantage=1.0 if seed % 2 == 0 else -1.0, model_version=0, group_id=group_id, metrics={},
+        prompt=[],
+        completion=[],
+        input_ids=ids,
+        completion_mask=mask,
+        old_log_probs=old_log_probs,
+        advantage=1.0 if seed % 2 == 0 else -1.0,
+        model_version=0,
+        group_id=group_id,
+        metrics={},
     )

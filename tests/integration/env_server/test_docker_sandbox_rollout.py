@@ -18,7 +18,6 @@ the NEW URL with no env-server restart; finally SIGTERM during a rollout closes 
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -97,32 +96,63 @@ class Stack:
     def run(self, name: str, image: str, *options: str, command: tuple[str, ...] = ()) -> str:
         full = f"{self.prefix}-{name}"
         docker("rm", "-f", full, check=False)
-        docker("run", "-d", "--name", full, "--network", "host", "--init",
-               "--label", "asyncgrpo-harbor.test=1", *options, image, *command, timeout=60)
+        docker(
+            "run",
+            "-d",
+            "--name",
+            full,
+            "--network",
+            "host",
+            "--init",
+            "--label",
+            "asyncgrpo-harbor.test=1",
+            *options,
+            image,
+            *command,
+            timeout=60,
+        )
         self.containers.append(full)
         return full
 
     def start_env_server(self, name: str = "env-server", *extra: str) -> None:
         self.env_server_name = name
         self.run(
-            name, ES_IMAGE,
-            "-v", f"{REPO}/services:/app/services:ro",
-            "-v", f"{REPO}/datasets:/app/datasets:ro",
-            "-v", "/var/run/docker.sock:/var/run/docker.sock",
-            "-v", f"{self.trials}:{self.trials}",
-            "-v", f"{self.handoff}:/handoff",
-            "-e", f"ENV_SERVER_PORT={self.api_port}",
-            "-e", f"CAPTURE_PORT={self.capture_port}",
-            "-e", f"ENGINE_URL=http://127.0.0.1:{self.engine_port}/v1",
-            "-e", "MODEL=/app/models/tiny-agent",
-            "-e", "SANDBOX=docker",
-            "-e", "AGENT_INSTALL=preinstalled",
-            "-e", f"TRIALS_DIR={self.trials}",
-            "-e", "HANDOFF_DIR=/handoff",
-            "-e", f"OPENENV_CAPTURE_ADMIN_KEY={ADMIN_KEY}",
-            "-e", "MAX_CONCURRENT_ENVS=2",
-            "-e", "MAX_INFLIGHT_ROLLOUTS=2",
-            "-e", "SHUTDOWN_GRACE_S=75",
+            name,
+            ES_IMAGE,
+            "-v",
+            f"{REPO}/services:/app/services:ro",
+            "-v",
+            f"{REPO}/datasets:/app/datasets:ro",
+            "-v",
+            "/var/run/docker.sock:/var/run/docker.sock",
+            "-v",
+            f"{self.trials}:{self.trials}",
+            "-v",
+            f"{self.handoff}:/handoff",
+            "-e",
+            f"ENV_SERVER_PORT={self.api_port}",
+            "-e",
+            f"CAPTURE_PORT={self.capture_port}",
+            "-e",
+            f"ENGINE_URL=http://127.0.0.1:{self.engine_port}/v1",
+            "-e",
+            "MODEL=/app/models/tiny-agent",
+            "-e",
+            "SANDBOX=docker",
+            "-e",
+            "AGENT_INSTALL=preinstalled",
+            "-e",
+            f"TRIALS_DIR={self.trials}",
+            "-e",
+            "HANDOFF_DIR=/handoff",
+            "-e",
+            f"OPENENV_CAPTURE_ADMIN_KEY={ADMIN_KEY}",
+            "-e",
+            "MAX_CONCURRENT_ENVS=2",
+            "-e",
+            "MAX_INFLIGHT_ROLLOUTS=2",
+            "-e",
+            "SHUTDOWN_GRACE_S=75",
             *extra,  # after the defaults: with `docker run -e`, the last value of a name wins
         )
 
@@ -134,25 +164,39 @@ class Stack:
             "MOCK_MODEL_DIR=$d exec python -m mock_engine"
         )
         self.run(
-            "engine", MOCK_IMAGE,
-            "-v", f"{REPO}:/repo:ro", "-v", f"{self.models}:/models",
-            "-e", "PYTHONPATH=/repo/services",
-            "-e", f"ENGINE_PORT={self.engine_port}",
-            "-e", "MODEL=/app/models/tiny-agent",
-            "-e", "MOCK_SCRIPT_FILE=/repo/datasets/starter/scripted-actions.json",
+            "engine",
+            MOCK_IMAGE,
+            "-v",
+            f"{REPO}:/repo:ro",
+            "-v",
+            f"{self.models}:/models",
+            "-e",
+            "PYTHONPATH=/repo/services",
+            "-e",
+            f"ENGINE_PORT={self.engine_port}",
+            "-e",
+            "MODEL=/app/models/tiny-agent",
+            "-e",
+            "MOCK_SCRIPT_FILE=/repo/datasets/starter/scripted-actions.json",
             # Always on script: the assertion is about the plumbing, and a solved task proves the verifier ran.
-            "-e", "MOCK_SCRIPT_PROB=1.0",
+            "-e",
+            "MOCK_SCRIPT_PROB=1.0",
             command=("sh", "-c", script),
         )
 
     def start_standin(self) -> str:
         """(Re)start the tunnel stand-in; every start announces a NEW URL, as a restarted quick tunnel does."""
         self.run(
-            "standin", ES_IMAGE,
-            "-v", f"{REPO}/services:/repo/services:ro",
-            "-e", "PYTHONPATH=/repo/services",
-            "-e", f"CAPTURE_PORT={self.capture_port}",
-            "-e", f"TUNNEL_METRICS_PORT={self.metrics_port}",
+            "standin",
+            ES_IMAGE,
+            "-v",
+            f"{REPO}/services:/repo/services:ro",
+            "-e",
+            "PYTHONPATH=/repo/services",
+            "-e",
+            f"CAPTURE_PORT={self.capture_port}",
+            "-e",
+            f"TUNNEL_METRICS_PORT={self.metrics_port}",
             command=("python", "-m", "tunnel_standin"),
         )
 
@@ -170,9 +214,7 @@ class Stack:
         import handoff
 
         local = httpx.get(f"http://127.0.0.1:{self.capture_port}/health", timeout=5).json()["instance"]
-        remote = wait_until(
-            f"{url}/health", lambda: _instance(url), 30
-        )
+        remote = wait_until(f"{url}/health", lambda: _instance(url), 30)
         assert remote == local, f"{url} serves another proxy ({remote} != {local})"
         handoff.publish(url, local, "test-standin", self.handoff)
         self.public_url = url
@@ -182,8 +224,19 @@ class Stack:
         return proc.stdout + proc.stderr
 
     def healthy(self) -> bool:
-        proc = docker("exec", "-e", f"ENV_SERVER_PORT={self.api_port}", "-e", f"CAPTURE_PORT={self.capture_port}",
-                      self.env_server, "python", "-m", "env_server.healthcheck", check=False, timeout=30)
+        proc = docker(
+            "exec",
+            "-e",
+            f"ENV_SERVER_PORT={self.api_port}",
+            "-e",
+            f"CAPTURE_PORT={self.capture_port}",
+            self.env_server,
+            "python",
+            "-m",
+            "env_server.healthcheck",
+            check=False,
+            timeout=30,
+        )
         return proc.returncode == 0
 
     def trial_dirs(self) -> list[Path]:
@@ -193,8 +246,9 @@ class Stack:
         for name in reversed(self.containers):
             docker("rm", "-f", name, check=False)
         # Harbor's trial folders are written by root in the container.
-        docker("run", "--rm", "-v", f"{self.root}:/gone", ES_IMAGE, "sh", "-c", "rm -rf /gone/* /gone/.[!.]*",
-               check=False)
+        docker(
+            "run", "--rm", "-v", f"{self.root}:/gone", ES_IMAGE, "sh", "-c", "rm -rf /gone/* /gone/.[!.]*", check=False
+        )
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -208,8 +262,15 @@ def _instance(url: str) -> str | None:
 def run_rollout(stack: Stack, **kw):
     from openenv.harbor.client import HarborEnv
 
-    args = dict(split=SPLIT, task_index=TASK, harness="mini-swe-agent", sandbox="docker",
-                agent_step_limit=4, agent_timeout_sec=300, sampling={"temperature": 1.0})
+    args = dict(
+        split=SPLIT,
+        task_index=TASK,
+        harness="mini-swe-agent",
+        sandbox="docker",
+        agent_step_limit=4,
+        agent_timeout_sec=300,
+        sampling={"temperature": 1.0},
+    )
     args.update(kw)
     with HarborEnv(base_url=f"http://127.0.0.1:{stack.api_port}") as env:
         return env.run_rollout(**args)
@@ -325,8 +386,17 @@ def test_wheelhouse_install_in_a_task_image_without_the_agent(stack):
     if not any(WHEELHOUSE.glob("mini_swe_agent-2.4.6-*.whl")):
         WHEELHOUSE.mkdir(parents=True, exist_ok=True)
         # Built for the sandbox's Python, in the task's base image: what an operator does once.
-        docker("run", "--rm", "-v", f"{WHEELHOUSE}:/wh", "python:3.12-slim", "sh", "-c",
-               "python3 -m venv /v && /v/bin/pip download -q -d /wh mini-swe-agent==2.4.6", timeout=600)
+        docker(
+            "run",
+            "--rm",
+            "-v",
+            f"{WHEELHOUSE}:/wh",
+            "python:3.12-slim",
+            "sh",
+            "-c",
+            "python3 -m venv /v && /v/bin/pip download -q -d /wh mini-swe-agent==2.4.6",
+            timeout=600,
+        )
     bare = stack.root / "bare"
     shutil.copytree(REPO / "datasets" / "starter" / "write-greeting", bare / "write-greeting")
     (bare / "write-greeting" / "environment" / "Dockerfile").write_text(
@@ -337,11 +407,21 @@ def test_wheelhouse_install_in_a_task_image_without_the_agent(stack):
     docker("rm", "-f", stack.env_server, check=False)
     stack.start_env_server(
         "env-server-wheelhouse",
-        "-v", f"{WHEELHOUSE}:/wheelhouse:ro", "-v", f"{bare}:/bare:ro",
-        "-e", "AGENT_INSTALL=wheelhouse", "-e", "WHEELHOUSE_DIR=/wheelhouse", "-e", "DATASETS=/bare",
+        "-v",
+        f"{WHEELHOUSE}:/wheelhouse:ro",
+        "-v",
+        f"{bare}:/bare:ro",
+        "-e",
+        "AGENT_INSTALL=wheelhouse",
+        "-e",
+        "WHEELHOUSE_DIR=/wheelhouse",
+        "-e",
+        "DATASETS=/bare",
     )
     wait_until("env-server (wheelhouse) healthcheck", stack.healthy, 300, every=3)
-    logs = wait_until("the startup report", lambda: "=== env-server startup report" in stack.logs() and stack.logs(), 60)
+    logs = wait_until(
+        "the startup report", lambda: "=== env-server startup report" in stack.logs() and stack.logs(), 60
+    )
     assert "agent     wheelhouse /wheelhouse (mini_swe_agent-2.4.6-py3-none-any.whl)" in logs, logs[-3000:]
     if not stack.public_url:  # run on its own (-k): bring up what the earlier test would have
         stack.start_engine()

@@ -19,8 +19,16 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mock_engine_support import IMAGE_MODEL, SCRIPT_ACTIONS, SCRIPT_MATCH, SERVED, START_DEADLINE_S  # noqa: E402
-from mock_engine_support import free_port, set_faults, wait_for  # noqa: E402
+from mock_engine_support import (  # noqa: E402  # noqa: E402
+    IMAGE_MODEL,
+    SCRIPT_ACTIONS,
+    SCRIPT_MATCH,
+    SERVED,
+    START_DEADLINE_S,
+    free_port,
+    set_faults,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="session")
@@ -41,8 +49,13 @@ def engine(tmp_path_factory, model_dir) -> str:
     port = free_port()
     env = {
         **os.environ,
-        "ENGINE_HOST": "127.0.0.1", "ENGINE_PORT": str(port), "MODEL": SERVED, "MOCK_MODEL_DIR": str(model_dir),
-        "MOCK_SCRIPT_FILE": str(script), "MOCK_SCRIPT_PROB": "0.5", "MOCK_MAX_NEW_TOKENS": "48",
+        "ENGINE_HOST": "127.0.0.1",
+        "ENGINE_PORT": str(port),
+        "MODEL": SERVED,
+        "MOCK_MODEL_DIR": str(model_dir),
+        "MOCK_SCRIPT_FILE": str(script),
+        "MOCK_SCRIPT_PROB": "0.5",
+        "MOCK_MAX_NEW_TOKENS": "48",
         "MOCK_OFF_SCRIPT": "command",
         "MOCK_FAULTS": "",
     }
@@ -51,8 +64,12 @@ def engine(tmp_path_factory, model_dir) -> str:
         proc = subprocess.Popen([sys.executable, "-m", "mock_engine"], env=env, stdout=fh, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: proc.poll() is None and requests.get(f"{base}/health", timeout=2).ok or proc.poll() is not None,
-                 START_DEADLINE_S, "mock engine /health", log)
+        wait_for(
+            lambda: proc.poll() is None and requests.get(f"{base}/health", timeout=2).ok or proc.poll() is not None,
+            START_DEADLINE_S,
+            "mock engine /health",
+            log,
+        )
         if proc.poll() is not None:
             raise AssertionError(f"mock engine exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         yield base

@@ -18,9 +18,13 @@ SCRIPT_ACTIONS = ["ls -la", "cat README.md"]
 BASH_TOOL = {  # mini-swe-agent 2.4.6's tool (minisweagent/models/utils/actions_toolcall.py)
     "type": "function",
     "function": {
-        "name": "bash", "description": "Execute a bash command",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string",
-                       "description": "The bash command to execute"}}, "required": ["command"]},
+        "name": "bash",
+        "description": "Execute a bash command",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The bash command to execute"}},
+            "required": ["command"],
+        },
     },
 }
 

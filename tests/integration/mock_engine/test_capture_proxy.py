@@ -29,11 +29,17 @@ def test_a_three_turn_conversation_exports_as_one_trainable_sequence(proxy):
     base, app = proxy
     session = app.state.registry.create(capture_level="tokens")
     headers = {"Authorization": f"Bearer {session.session_id}"}
-    messages = [{"role": "system", "content": "You are a helpful assistant that can interact with a computer."},
-                {"role": "user", "content": f"Please solve this issue: {SCRIPT_MATCH} fix the build"}]
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant that can interact with a computer."},
+        {"role": "user", "content": f"Please solve this issue: {SCRIPT_MATCH} fix the build"},
+    ]
     for turn in range(3):
-        resp = requests.post(f"{base}/v1/chat/completions", headers=headers, timeout=120,
-                             json={"model": SERVED, "messages": messages, "tools": [BASH_TOOL], "seed": 4242 + turn})
+        resp = requests.post(
+            f"{base}/v1/chat/completions",
+            headers=headers,
+            timeout=120,
+            json={"model": SERVED, "messages": messages, "tools": [BASH_TOOL], "seed": 4242 + turn},
+        )
         assert resp.status_code == 200, resp.text
         message = resp.json()["choices"][0]["message"]
         messages.append({k: message[k] for k in ("role", "content", "tool_calls") if message.get(k) is not None})

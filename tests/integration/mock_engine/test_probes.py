@@ -30,8 +30,9 @@ def test_openenv_grades_each_fault_below_tokens(engine, fault):
 def run_probe(engine, *args):
     port = engine.rsplit(":", 1)[1]
     env = {**os.environ, "ENGINE_HOST": "127.0.0.1", "ENGINE_PORT": port}
-    return subprocess.run([sys.executable, "-m", "engine.probe", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "engine.probe", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_healthcheck_passes_on_a_trainable_engine(engine):
@@ -40,13 +41,16 @@ def test_healthcheck_passes_on_a_trainable_engine(engine):
     assert result.stdout.startswith("engine healthy:")
 
 
-@pytest.mark.parametrize("fault,flag", [
-    ("no_token_ids", "--return-tokens-as-token-ids"),
-    ("no_prompt_token_ids", "--return-tokens-as-token-ids"),
-    ("token_strings", "--return-tokens-as-token-ids"),
-    ("logprobs_without_ids", "--return-tokens-as-token-ids"),
-    ("raw_logprobs", "--logprobs-mode processed_logprobs"),
-])
+@pytest.mark.parametrize(
+    "fault,flag",
+    [
+        ("no_token_ids", "--return-tokens-as-token-ids"),
+        ("no_prompt_token_ids", "--return-tokens-as-token-ids"),
+        ("token_strings", "--return-tokens-as-token-ids"),
+        ("logprobs_without_ids", "--return-tokens-as-token-ids"),
+        ("raw_logprobs", "--logprobs-mode processed_logprobs"),
+    ],
+)
 def test_healthcheck_fails_naming_the_missing_flag(engine, fault, flag):
     set_faults(engine, active=[fault])
     result = run_probe(engine, engine)

@@ -14,17 +14,30 @@ def trainer_manifest(model):
     """What AsyncGRPOTrainer declares (trl.experimental.async_grpo: `_iter_vllm_named_params`)."""
     try:
         from trl.experimental.async_grpo.async_grpo_trainer import _iter_vllm_named_params
+
         params = list(_iter_vllm_named_params(model))
     except ImportError:  # the mock-engine image has no trl; the trainer image (built FROM it) does
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    return {"names": [n for n, _ in params], "dtype_names": [str(p.dtype).split(".")[-1] for _, p in params],
-            "shapes": [list(p.shape) for _, p in params]}
+    return {
+        "names": [n for n, _ in params],
+        "dtype_names": [str(p.dtype).split(".")[-1] for _, p in params],
+        "shapes": [list(p.shape) for _, p in params],
+    }
 
 
 def first_position_logprobs(engine, prompt_ids):
-    body = {"model": SERVED, "prompt": prompt_ids, "max_tokens": 1, "temperature": 1.0, "logprobs": 100,
-            "return_token_ids": True, "seed": 0}
-    top = requests.post(f"{engine}/v1/completions", json=body, timeout=60).json()["choices"][0]["logprobs"]["top_logprobs"][0]
+    body = {
+        "model": SERVED,
+        "prompt": prompt_ids,
+        "max_tokens": 1,
+        "temperature": 1.0,
+        "logprobs": 100,
+        "return_token_ids": True,
+        "seed": 0,
+    }
+    top = requests.post(f"{engine}/v1/completions", json=body, timeout=60).json()["choices"][0]["logprobs"][
+        "top_logprobs"
+    ][0]
     return {int(k.split(":")[1]): v for k, v in top.items()}
 
 
@@ -48,7 +61,11 @@ def test_both_sides_agree_on_names_dtypes_and_shapes(engine, hf):
     _, model = hf
     served = requests.get(f"{engine}/mock/weight_manifest", timeout=10).json()
     mine = trainer_manifest(model)
-    assert (served["names"], served["dtype_names"], served["shapes"]) == (mine["names"], mine["dtype_names"], mine["shapes"])
+    assert (served["names"], served["dtype_names"], served["shapes"]) == (
+        mine["names"],
+        mine["dtype_names"],
+        mine["shapes"],
+    )
     # TRL's own declaration call (VLLMClient.update_weights posts this JSON) is accepted as-is...
     assert requests.post(f"{engine}/start_weight_update", json={"is_checkpoint_format": True}, timeout=10).ok
     assert requests.post(f"{engine}/update_weights", json={"update_info": mine}, timeout=10).ok
@@ -98,9 +115,16 @@ def test_the_server_refuses_a_wrong_shape_and_stray_finish(engine):
 
     assert requests.post(f"{engine}/start_weight_update", json={}, timeout=10).ok
     blob = save({"lm_head.weight": torch.zeros(3, 3)})
-    resp = requests.post(f"{engine}/update_weights", data=blob, headers={"Content-Type": "application/octet-stream"}, timeout=10)
-    assert resp.status_code == 400 and "'lm_head.weight' is float32[3, 3] from the trainer" in resp.json()["error"]["message"]
-    assert requests.post(f"{engine}/finish_weight_update", timeout=10).status_code == 200  # nothing staged, nothing applied
+    resp = requests.post(
+        f"{engine}/update_weights", data=blob, headers={"Content-Type": "application/octet-stream"}, timeout=10
+    )
+    assert (
+        resp.status_code == 400
+        and "'lm_head.weight' is float32[3, 3] from the trainer" in resp.json()["error"]["message"]
+    )
+    assert (
+        requests.post(f"{engine}/finish_weight_update", timeout=10).status_code == 200
+    )  # nothing staged, nothing applied
     resp = requests.post(f"{engine}/finish_weight_update", timeout=10)
     assert resp.status_code == 400 and "without start_weight_update" in resp.json()["error"]["message"]
 

@@ -18,7 +18,7 @@ def model_logprobs(hf, prompt_ids, token_ids, temperature):
     _, model = hf
     with torch.no_grad():
         logits = model(torch.tensor([prompt_ids + token_ids])).logits[0]
-    rows = logits[len(prompt_ids) - 1: len(prompt_ids) - 1 + len(token_ids)] / temperature
+    rows = logits[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(token_ids)] / temperature
     return torch.log_softmax(rows, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
 
 
@@ -32,8 +32,9 @@ def test_chat_returns_ids_and_processed_logprobs_of_the_real_model(engine, hf):
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "List the files."}]
     out = chat(engine, messages, temperature=0.7, seed=11, top_logprobs=3)
     choice = out["choices"][0]
-    expected_prompt = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
-                                 add_special_tokens=False)
+    expected_prompt = tok.encode(
+        tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+    )
     assert out["prompt_token_ids"] == expected_prompt
     ids = choice["token_ids"]
     entries = choice["logprobs"]["content"]
@@ -50,8 +51,11 @@ def test_chat_returns_ids_and_processed_logprobs_of_the_real_model(engine, hf):
 def next_prompt(engine, messages, reply, tools):
     message = {k: reply["choices"][0]["message"][k] for k in ("role", "content", "tool_calls")}
     follow = messages + [message]
-    follow.append({"role": "tool", "tool_call_id": "x", "content": "README.md"} if message["tool_calls"]
-                  else {"role": "user", "content": "Use the bash tool."})
+    follow.append(
+        {"role": "tool", "tool_call_id": "x", "content": "README.md"}
+        if message["tool_calls"]
+        else {"role": "user", "content": "Use the bash tool."}
+    )
     return follow, chat(engine, follow, tools=tools, max_tokens=4, seed=99)
 
 
@@ -122,8 +126,10 @@ def test_scripted_rollouts_follow_the_actions_then_submit(engine, hf):
         expected = model_logprobs(hf, reply["prompt_token_ids"], c["token_ids"], 1.0)
         assert all(abs(a - b) < 1e-4 for a, b in zip(logprobs, expected))
         assert len(logprobs) == len(c["token_ids"])
-        messages = messages + [{k: c["message"][k] for k in ("role", "content", "tool_calls")},
-                               {"role": "tool", "tool_call_id": call["id"], "content": "ok"}]
+        messages = messages + [
+            {k: c["message"][k] for k in ("role", "content", "tool_calls")},
+            {"role": "tool", "tool_call_id": call["id"], "content": "ok"},
+        ]
         reply = chat(engine, messages, tools=[BASH_TOOL], seed=1000)
     assert commands == SCRIPT_ACTIONS + ["echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
 
@@ -131,8 +137,19 @@ def test_scripted_rollouts_follow_the_actions_then_submit(engine, hf):
 def test_completions_with_token_id_prompt_as_trl_sends_it(engine, hf):
     tok, _ = hf
     prompt_ids = tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
-    body = {"model": SERVED, "prompt": prompt_ids, "max_tokens": 16, "temperature": 1.0, "top_p": 1.0, "top_k": -1,
-            "repetition_penalty": 1.0, "n": 1, "return_token_ids": True, "logprobs": 0, "seed": 5}
+    body = {
+        "model": SERVED,
+        "prompt": prompt_ids,
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "repetition_penalty": 1.0,
+        "n": 1,
+        "return_token_ids": True,
+        "logprobs": 0,
+        "seed": 5,
+    }
     out = requests.post(f"{engine}/v1/completions", json=body, timeout=60).json()
     choice = out["choices"][0]
     assert choice["prompt_token_ids"] == prompt_ids
@@ -146,10 +163,18 @@ def test_errors_in_vllm_shape(engine):
     too_long = [{"role": "user", "content": "x" * 33000}]
     resp = requests.post(f"{engine}/v1/chat/completions", json={"model": SERVED, "messages": too_long}, timeout=120)
     assert resp.status_code == 400 and "maximum context length is 32768" in resp.json()["error"]["message"]
-    resp = requests.post(f"{engine}/v1/chat/completions", json={"model": "other", "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    resp = requests.post(
+        f"{engine}/v1/chat/completions",
+        json={"model": "other", "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
     assert resp.status_code == 404
     set_faults(engine, active=[], error_status=503)
-    resp = requests.post(f"{engine}/v1/chat/completions", json={"model": SERVED, "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    resp = requests.post(
+        f"{engine}/v1/chat/completions",
+        json={"model": SERVED, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
     assert resp.status_code == 503 and resp.json()["error"]["code"] == 503
 
 

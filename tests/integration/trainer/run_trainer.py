@@ -7,9 +7,9 @@ Everything else comes from the environment, exactly as `python -m trainer` reads
 
 import sys
 
-from guards.checks import run_all
 from scripted_agent import ScriptedAgentRunner
 
+from guards.checks import run_all
 from trainer.config import from_env
 from trainer.train import run
 

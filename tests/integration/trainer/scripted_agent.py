@@ -57,11 +57,20 @@ class ScriptedAgentRunner:
             ]
             submitted = False
             for step in range(self.turns):
-                reply = http.post(
-                    "/v1/chat/completions",
-                    headers={"Authorization": f"Bearer {sid}"},
-                    json={"model": self.model, "messages": messages, "tools": [BASH_TOOL], "max_tokens": self.max_tokens},
-                ).raise_for_status().json()
+                reply = (
+                    http.post(
+                        "/v1/chat/completions",
+                        headers={"Authorization": f"Bearer {sid}"},
+                        json={
+                            "model": self.model,
+                            "messages": messages,
+                            "tools": [BASH_TOOL],
+                            "max_tokens": self.max_tokens,
+                        },
+                    )
+                    .raise_for_status()
+                    .json()
+                )
                 message = reply["choices"][0]["message"]
                 assistant = {"role": "assistant", "content": message.get("content") or ""}
                 if message.get("tool_calls"):
@@ -72,7 +81,9 @@ class ScriptedAgentRunner:
                     submitted = submitted or SUBMIT in str(call.get("function", {}).get("arguments", ""))
                 if submitted or not message.get("tool_calls"):
                     break
-            document = http.get(f"/sessions/{sid}/rollout", params={"include_messages": "true"}).raise_for_status().json()
+            document = (
+                http.get(f"/sessions/{sid}/rollout", params={"include_messages": "true"}).raise_for_status().json()
+            )
             http.delete(f"/sessions/{sid}")
         turns = turns_from_document(document)
         sampled = [tid for t in turns for tid in t.completion_token_ids]

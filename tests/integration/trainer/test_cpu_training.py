@@ -63,21 +63,34 @@ def stack(tmp_path_factory):
     script.write_text(json.dumps([{"match": "repository", "actions": ["ls", "cat README.md"]}]))
     engine = subprocess.Popen(
         [sys.executable, "-m", "mock_engine"],
-        env={**os.environ, "MOCK_MODEL_DIR": str(model_dir), "MODEL": str(model_dir), "ENGINE_PORT": str(engine_port),
-             "MOCK_MAX_NEW_TOKENS": "128",
-             "MOCK_SCRIPT_FILE": str(script), "MOCK_SCRIPT_PROB": "0.5"},
-        stdout=open(logs / "engine.log", "w"), stderr=subprocess.STDOUT,
+        env={
+            **os.environ,
+            "MOCK_MODEL_DIR": str(model_dir),
+            "MODEL": str(model_dir),
+            "ENGINE_PORT": str(engine_port),
+            "MOCK_MAX_NEW_TOKENS": "128",
+            "MOCK_SCRIPT_FILE": str(script),
+            "MOCK_SCRIPT_PROB": "0.5",
+        },
+        stdout=open(logs / "engine.log", "w"),
+        stderr=subprocess.STDOUT,
     )
     engine_url = f"http://127.0.0.1:{engine_port}"
     proxy = subprocess.Popen(
         [sys.executable, str(HERE / "capture_proxy.py"), engine_url + "/v1", str(model_dir), str(capture_port)],
-        stdout=open(logs / "proxy.log", "w"), stderr=subprocess.STDOUT,
+        stdout=open(logs / "proxy.log", "w"),
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_healthy(engine_url + "/health", engine)
         wait_healthy(f"http://127.0.0.1:{capture_port}/health", proxy)
-        yield {"work": work, "model": str(model_dir), "engine": engine_url, "capture": f"http://127.0.0.1:{capture_port}",
-               "bucket": work / "bucket"}
+        yield {
+            "work": work,
+            "model": str(model_dir),
+            "engine": engine_url,
+            "capture": f"http://127.0.0.1:{capture_port}",
+            "bucket": work / "bucket",
+        }
     finally:
         for proc in (proxy, engine):
             proc.terminate()
@@ -90,7 +103,9 @@ def stack(tmp_path_factory):
 def first_token_logprobs(engine_url, model):
     body = {"model": model, "messages": PROBE, "max_tokens": 1, "logprobs": True, "top_logprobs": 5, "temperature": 1.0}
     reply = httpx.post(engine_url + "/v1/chat/completions", json=body, timeout=60).raise_for_status().json()
-    return sorted((e["token"], round(e["logprob"], 6)) for e in reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"])
+    return sorted(
+        (e["token"], round(e["logprob"], 6)) for e in reply["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    )
 
 
 def train(stack, max_steps):
@@ -98,21 +113,40 @@ def train(stack, max_steps):
     bucket.mkdir(exist_ok=True)
     env = {
         **os.environ,
-        "MODEL": stack["model"], "ENGINE_URL": stack["engine"], "BUCKET_DIR": str(bucket),
-        "HF_HOME": str(bucket / "hf-home"), "BUCKET_NOT_A_MOUNT_OK": "i-accept-losing-checkpoints",
-        "REQUIRED_GPUS": "0", "WEIGHT_TRANSFER": "mock", "SANDBOX": "docker", "TUNNEL_PROVIDER": "direct",
-        "COMPOSE_PROFILES": "", "DATASETS": "local", "MIN_FREE_DISK_GB": "0", "RUN_NAME": RUN,
-        "MAX_STEPS": str(max_steps), "NUM_GENERATIONS": "4", "PER_DEVICE_TRAIN_BATCH_SIZE": "4", "TOKEN_BUDGET": "0",
-        "MAX_INFLIGHT_ROLLOUTS": "4", "SAVE_STEPS": "1", "LEARNING_RATE": "1e-2", "MAX_COMPLETION_TOKENS": "128",
-        "AGENT_STEP_LIMIT": "3", "REPORT_TO": "tensorboard",
+        "MODEL": stack["model"],
+        "ENGINE_URL": stack["engine"],
+        "BUCKET_DIR": str(bucket),
+        "HF_HOME": str(bucket / "hf-home"),
+        "BUCKET_NOT_A_MOUNT_OK": "i-accept-losing-checkpoints",
+        "REQUIRED_GPUS": "0",
+        "WEIGHT_TRANSFER": "mock",
+        "SANDBOX": "docker",
+        "TUNNEL_PROVIDER": "direct",
+        "COMPOSE_PROFILES": "",
+        "DATASETS": "local",
+        "MIN_FREE_DISK_GB": "0",
+        "RUN_NAME": RUN,
+        "MAX_STEPS": str(max_steps),
+        "NUM_GENERATIONS": "4",
+        "PER_DEVICE_TRAIN_BATCH_SIZE": "4",
+        "TOKEN_BUDGET": "0",
+        "MAX_INFLIGHT_ROLLOUTS": "4",
+        "SAVE_STEPS": "1",
+        "LEARNING_RATE": "1e-2",
+        "MAX_COMPLETION_TOKENS": "128",
+        "AGENT_STEP_LIMIT": "3",
+        "REPORT_TO": "tensorboard",
     }
     out = subprocess.run(
         [sys.executable, str(HERE / "run_trainer.py"), stack["capture"]],
-        env=env, capture_output=True, text=True, timeout=540,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
     )
     (stack["work"] / f"trainer-{max_steps}.log").write_text(out.stdout + out.stderr)
     text = out.stdout + out.stderr
-    first_error = text[text.find("Traceback"):][:5000] if "Traceback" in text else ""
+    first_error = text[text.find("Traceback") :][:5000] if "Traceback" in text else ""
     assert out.returncode == 0, first_error + "\n...\n" + text[-3000:]
     return out.stdout + out.stderr
 
@@ -133,7 +167,9 @@ def test_two_steps_then_resume(stack):
     # No forking: a multi-turn rollout is ONE training row. Checked over every logged window, not just the
     # last one in status.json: which rollouts land in the last window is chance (an off-script rollout is
     # one turn), and a run was once green or red on that alone.
-    windows = lambda key: [float(v) for v in re.findall(rf"'{re.escape(key)}': '([0-9.e+-]+)'", log)]
+    def windows(key):
+        return [float(v) for v in re.findall(rf"'{re.escape(key)}': '([0-9.e+-]+)'", log)]
+
     assert windows("rollout/turns_max") and max(windows("rollout/turns_max")) > 1, status
     assert set(windows("rollout/samples_per_rollout")) == {1.0}, windows("rollout/samples_per_rollout")
     assert set(windows("harbor/forked_rollout_frac")) == {0.0}, windows("harbor/forked_rollout_frac")

@@ -8,7 +8,6 @@ are TRL's.
 import logging
 
 import numpy as np
-import pytest
 from transformers import TrainerCallback  # noqa: E402
 
 from trainer.bench import attention, harness  # noqa: E402
@@ -24,8 +23,9 @@ def _rollouts(vocab):
         n = OVERSIZE if i == 1 else 120
         ids = np.random.default_rng(i).integers(10, vocab, size=n)
         mask = np.zeros(n, np.int64)
-        mask[n // 2:] = 1
+        mask[n // 2 :] = 1
         return [rollout_sample(ids, mask, group_id=i, seed=i, vocab=vocab)]
+
     return make
 
 

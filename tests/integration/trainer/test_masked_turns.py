@@ -25,9 +25,15 @@ O3 = [14, 15, 16, 17]
 
 
 def turn(i, prompt, out, logps, trainable=True):
-    return HarborTurn(turn=i, node_id=f"n{i}", prompt_token_ids=prompt, completion_token_ids=out,
-                      per_token_logps=logps, loss_mask=[0] * len(prompt) + [int(trainable)] * len(out),
-                      trainable=trainable)
+    return HarborTurn(
+        turn=i,
+        node_id=f"n{i}",
+        prompt_token_ids=prompt,
+        completion_token_ids=out,
+        per_token_logps=logps,
+        loss_mask=[0] * len(prompt) + [int(trainable)] * len(out),
+        trainable=trainable,
+    )
 
 
 class Fixed:
@@ -41,11 +47,14 @@ class Fixed:
 @pytest.mark.parametrize("trainable_flag", [False, True])
 def test_masked_turn_positions_never_enter_the_loss(trainable_flag):
     # trainable_flag=True is the lost-mask case: zero-filled logprobs that still claim supervision.
-    result = HarborRolloutResult(reward=1.0, turns=[
-        turn(0, P1, O1, [-0.5] * 4),
-        turn(1, P2, O2, [0.0] * 4, trainable=trainable_flag),
-        turn(2, P3, O3, [-0.25] * 4),
-    ])
+    result = HarborRolloutResult(
+        reward=1.0,
+        turns=[
+            turn(0, P1, O1, [-0.5] * 4),
+            turn(1, P2, O2, [0.0] * 4, trainable=trainable_flag),
+            turn(2, P3, O3, [-0.25] * 4),
+        ],
+    )
     session = HarborSessionFactory(Fixed(result)).create(prompt_row("s", 0, "x")["prompt"])
     session.wait_for_completion()
     turns = _turns_from_training_trace(session.fetch_training_trace())

@@ -60,7 +60,8 @@ class CaptureProxy:
         self.thread.start()
         wait_for(
             lambda: httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).json()["instance"] == self.instance,
-            START_DEADLINE_S, f"capture proxy on :{self.port}",
+            START_DEADLINE_S,
+            f"capture proxy on :{self.port}",
         )
         return self
 
@@ -81,12 +82,23 @@ class Standin:
         self.url = f"http://127.0.0.1:{port}"
         self.log = tmp / f"{name}-{port}.out"
         self.tunnel_log = tmp / "cloudflared.log"
-        self.proc = spawn("tunnel_standin", {
-            "CAPTURE_PORT": str(capture_port), "STANDIN_LISTEN_HOST": "127.0.0.1", "STANDIN_PORT": str(port),
-            "TUNNEL_METRICS_PORT": str(metrics_port), "TUNNEL_LOG": str(self.tunnel_log),
-        }, self.log)
-        wait_for(lambda: self.admin_get("/quicktunnel")["hostname"] == self.url, START_DEADLINE_S,
-                 f"stand-in on :{port}", log=self.log)
+        self.proc = spawn(
+            "tunnel_standin",
+            {
+                "CAPTURE_PORT": str(capture_port),
+                "STANDIN_LISTEN_HOST": "127.0.0.1",
+                "STANDIN_PORT": str(port),
+                "TUNNEL_METRICS_PORT": str(metrics_port),
+                "TUNNEL_LOG": str(self.tunnel_log),
+            },
+            self.log,
+        )
+        wait_for(
+            lambda: self.admin_get("/quicktunnel")["hostname"] == self.url,
+            START_DEADLINE_S,
+            f"stand-in on :{port}",
+            log=self.log,
+        )
 
     def admin_get(self, path):
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=2).json()
@@ -124,6 +136,11 @@ def kit():
     import types
 
     return types.SimpleNamespace(
-        PROXY_A=PROXY_A, PROXY_B=PROXY_B, SERVICES=SERVICES, START_DEADLINE_S=START_DEADLINE_S,
-        Standin=Standin, spawn=spawn, wait_for=wait_for,
+        PROXY_A=PROXY_A,
+        PROXY_B=PROXY_B,
+        SERVICES=SERVICES,
+        START_DEADLINE_S=START_DEADLINE_S,
+        Standin=Standin,
+        spawn=spawn,
+        wait_for=wait_for,
     )

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import threading
 
-import handoff
 import httpx
 import pytest
+
+import handoff
 
 UPSTREAM_PORT = 18120
 
@@ -21,7 +22,9 @@ class StreamingUpstream:
         import uvicorn
 
         self.release = threading.Event()
-        self.server = uvicorn.Server(uvicorn.Config(self.app, interface="asgi3", host="127.0.0.1", port=port, log_level="warning"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, interface="asgi3", host="127.0.0.1", port=port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     async def app(self, scope, receive, send):
@@ -33,8 +36,7 @@ class StreamingUpstream:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
         await send({"type": "http.response.body", "body": b"data: first " + body + b"\n\n", "more_body": True})
         import asyncio
 
@@ -56,8 +58,7 @@ def upstream(kit):
 def test_streaming_response_passes_through_chunk_by_chunk(kit, upstream, tmp_path):
     standin = kit.Standin(tmp_path, 18121, 18122, capture_port=UPSTREAM_PORT)
     try:
-        with httpx.stream("POST", f"{standin.url}/v1/chat/completions", content=b'{"stream":true}',
-                          timeout=60) as resp:
+        with httpx.stream("POST", f"{standin.url}/v1/chat/completions", content=b'{"stream":true}', timeout=60) as resp:
             assert resp.status_code == 200
             assert resp.headers["content-type"] == "text/event-stream"
             chunks = resp.iter_raw()
@@ -78,17 +79,26 @@ def test_standin_refuses_to_listen_everywhere(kit, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "tunnel_standin"],
         env={"PYTHONPATH": str(kit.SERVICES), "STANDIN_LISTEN_HOST": "0.0.0.0", "TUNNEL_METRICS_PORT": "18123"},
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and "every interface" in result.stderr
 
 
 def run_check(kit, tmp_path, env):
     log = tmp_path / "tunnel-check.out"
-    proc = kit.spawn("tunnel_check", {
-        "CAPTURE_PORT": str(kit.PROXY_A), "HANDOFF_DIR": str(tmp_path / "handoff"),
-        "TUNNEL_CHECK_INTERVAL_S": "2", "TUNNEL_CHECK_TIMEOUT_S": "1.5", **env,
-    }, log)
+    proc = kit.spawn(
+        "tunnel_check",
+        {
+            "CAPTURE_PORT": str(kit.PROXY_A),
+            "HANDOFF_DIR": str(tmp_path / "handoff"),
+            "TUNNEL_CHECK_INTERVAL_S": "2",
+            "TUNNEL_CHECK_TIMEOUT_S": "1.5",
+            **env,
+        },
+        log,
+    )
     return proc, log
 
 
@@ -118,8 +128,12 @@ def test_direct_provider_verifies_the_same_way(kit, proxies, tmp_path):
 def test_direct_url_pointing_at_another_proxy_is_never_published(kit, proxies, tmp_path):
     proc, log = run_check(kit, tmp_path, {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": f"http://127.0.0.1:{kit.PROXY_B}"})
     try:
-        kit.wait_for(lambda: "JSON from another proxy instance" in log.read_text(), kit.START_DEADLINE_S,
-                     "rejection logged", log=log)
+        kit.wait_for(
+            lambda: "JSON from another proxy instance" in log.read_text(),
+            kit.START_DEADLINE_S,
+            "rejection logged",
+            log=log,
+        )
         assert handoff.read(tmp_path / "handoff") is None
     finally:
         proc.terminate()

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 
-import handoff
 import pytest
 
+import handoff
 
 # Timings for the check under test: small, so the suite is quick, and valid (timeout < interval).
 INTERVAL_S, FAILURES, TIMEOUT_S = 2.0, 2, 1.5
@@ -28,10 +28,14 @@ def story(proxies, tmp_path_factory, kit):
     tmp = tmp_path_factory.mktemp("tunnel")
     standin = kit.Standin(tmp, 18110, METRICS_PORT)
     env = {
-        "TUNNEL_PROVIDER": "cloudflared", "TUNNEL_METRICS_PORT": str(METRICS_PORT),
-        "TUNNEL_LOG": str(standin.tunnel_log), "CAPTURE_PORT": str(kit.PROXY_A),
-        "TUNNEL_CHECK_INTERVAL_S": str(INTERVAL_S), "TUNNEL_CHECK_FAILURES_TO_WITHDRAW": str(FAILURES),
-        "TUNNEL_CHECK_TIMEOUT_S": str(TIMEOUT_S), "HANDOFF_DIR": str(tmp / "handoff"),
+        "TUNNEL_PROVIDER": "cloudflared",
+        "TUNNEL_METRICS_PORT": str(METRICS_PORT),
+        "TUNNEL_LOG": str(standin.tunnel_log),
+        "CAPTURE_PORT": str(kit.PROXY_A),
+        "TUNNEL_CHECK_INTERVAL_S": str(INTERVAL_S),
+        "TUNNEL_CHECK_FAILURES_TO_WITHDRAW": str(FAILURES),
+        "TUNNEL_CHECK_TIMEOUT_S": str(TIMEOUT_S),
+        "HANDOFF_DIR": str(tmp / "handoff"),
     }
     log = tmp / "tunnel-check.out"
     checker = kit.spawn("tunnel_check", env, log)
@@ -47,8 +51,9 @@ def story(proxies, tmp_path_factory, kit):
 
 def healthcheck(story) -> subprocess.CompletedProcess:
     env = {**story["env"], "PYTHONPATH": str(story["kit"].SERVICES)}
-    return subprocess.run([sys.executable, "-m", "tunnel_check.health"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "tunnel_check.health"], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def published(story, url):
@@ -84,12 +89,14 @@ def test_verified_url_is_published_with_this_proxys_instance(story):
 def tunnel_ready(story) -> int:
     """The tunnel service's own healthcheck (stand-in form of `cloudflared tunnel ... ready`)."""
     env = {"PYTHONPATH": str(story["kit"].SERVICES), "TUNNEL_METRICS_PORT": str(METRICS_PORT)}
-    return subprocess.run([sys.executable, "-m", "tunnel_standin.ready"], env=env,
-                          capture_output=True, timeout=60).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "tunnel_standin.ready"], env=env, capture_output=True, timeout=60
+    ).returncode
 
 
-@pytest.mark.parametrize("mode, expected, ready", [("502", ["HTTP 502", "origin did not answer"], 0),
-                                                   ("530", ["HTTP 530", "error 1033"], 1)])
+@pytest.mark.parametrize(
+    "mode, expected, ready", [("502", ["HTTP 502", "origin did not answer"], 0), ("530", ["HTTP 530", "error 1033"], 1)]
+)
 def test_provider_error_page_is_rejected_and_withdrawn_with_its_cause(story, mode, expected, ready):
     standin = story["standin"]
     wait_published(story, standin.url)

@@ -29,12 +29,19 @@ def test_defaults_carry_every_flag_the_training_path_needs():
 
 
 def test_sizes_parsers_and_template_kwargs_come_from_the_environment():
-    argv = build_command({
-        **BASE, "ENGINE_MAX_MODEL_LEN": "16384", "ENGINE_GPU_MEMORY_UTILIZATION": "0.7",
-        "ENGINE_TENSOR_PARALLEL_SIZE": "2", "ENGINE_DATA_PARALLEL_SIZE": "3", "ENGINE_DTYPE": "float16",
-        "REASONING_PARSER": "qwen3", "CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}',
-        "ENGINE_EXTRA_ARGS": "--enable-prefix-caching --max-num-seqs 64",
-    })
+    argv = build_command(
+        {
+            **BASE,
+            "ENGINE_MAX_MODEL_LEN": "16384",
+            "ENGINE_GPU_MEMORY_UTILIZATION": "0.7",
+            "ENGINE_TENSOR_PARALLEL_SIZE": "2",
+            "ENGINE_DATA_PARALLEL_SIZE": "3",
+            "ENGINE_DTYPE": "float16",
+            "REASONING_PARSER": "qwen3",
+            "CHAT_TEMPLATE_KWARGS": '{"enable_thinking": false}',
+            "ENGINE_EXTRA_ARGS": "--enable-prefix-caching --max-num-seqs 64",
+        }
+    )
     assert flag_value(argv, "--max-model-len") == "16384"
     assert flag_value(argv, "--gpu-memory-utilization") == "0.7"
     assert flag_value(argv, "--tensor-parallel-size") == "2"
@@ -45,14 +52,17 @@ def test_sizes_parsers_and_template_kwargs_come_from_the_environment():
     assert argv[-3:] == ["--enable-prefix-caching", "--max-num-seqs", "64"]
 
 
-@pytest.mark.parametrize("extra", [
-    "--logprobs-mode raw_logprobs",
-    "--logprobs-mode=raw_logprobs",
-    "--no-return-tokens-as-token-ids",
-    "--return_tokens_as_token_ids",
-    "--weight-transfer-config {}",
-    "--no-enable-auto-tool-choice",
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "--logprobs-mode raw_logprobs",
+        "--logprobs-mode=raw_logprobs",
+        "--no-return-tokens-as-token-ids",
+        "--return_tokens_as_token_ids",
+        "--weight-transfer-config {}",
+        "--no-enable-auto-tool-choice",
+    ],
+)
 def test_extra_args_cannot_override_a_required_flag(extra):
     with pytest.raises(ConfigError, match="overrides a flag the training path requires"):
         build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
@@ -64,27 +74,33 @@ def test_extra_args_cannot_bind_all_interfaces(extra):
         build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
 
 
-@pytest.mark.parametrize("extra,var", [
-    ("--max-model-len 4096", "ENGINE_MAX_MODEL_LEN"),
-    ("-tp 2", "ENGINE_TENSOR_PARALLEL_SIZE"),
-    ("--tool-call-parser=llama3_json", "TOOL_CALL_PARSER"),
-    ("--port 9000", "ENGINE_PORT"),
-])
+@pytest.mark.parametrize(
+    "extra,var",
+    [
+        ("--max-model-len 4096", "ENGINE_MAX_MODEL_LEN"),
+        ("-tp 2", "ENGINE_TENSOR_PARALLEL_SIZE"),
+        ("--tool-call-parser=llama3_json", "TOOL_CALL_PARSER"),
+        ("--port 9000", "ENGINE_PORT"),
+    ],
+)
 def test_extra_args_point_managed_flags_at_their_variable(extra, var):
     with pytest.raises(ConfigError, match=f"set {var} in .env"):
         build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
 
 
-@pytest.mark.parametrize("env,match", [
-    ({"ENGINE_HOST": "0.0.0.0"}, "must bind 127.0.0.1"),
-    ({"MODEL": ""}, "MODEL is empty"),
-    ({"TOOL_CALL_PARSER": ""}, "TOOL_CALL_PARSER is empty"),
-    ({"ENGINE_TENSOR_PARALLEL_SIZE": "two"}, "ENGINE_TENSOR_PARALLEL_SIZE='two' must be a positive integer"),
-    ({"ENGINE_GPU_MEMORY_UTILIZATION": "85"}, r"must be a number in \(0, 1\]"),
-    ({"CHAT_TEMPLATE_KWARGS": "enable_thinking=false"}, "CHAT_TEMPLATE_KWARGS is not JSON"),
-    ({"CHAT_TEMPLATE_KWARGS": "[1]"}, "must be a JSON object"),
-    ({"ENGINE_EXTRA_ARGS": "--foo 'unterminated"}, "cannot be parsed"),
-])
+@pytest.mark.parametrize(
+    "env,match",
+    [
+        ({"ENGINE_HOST": "0.0.0.0"}, "must bind 127.0.0.1"),
+        ({"MODEL": ""}, "MODEL is empty"),
+        ({"TOOL_CALL_PARSER": ""}, "TOOL_CALL_PARSER is empty"),
+        ({"ENGINE_TENSOR_PARALLEL_SIZE": "two"}, "ENGINE_TENSOR_PARALLEL_SIZE='two' must be a positive integer"),
+        ({"ENGINE_GPU_MEMORY_UTILIZATION": "85"}, r"must be a number in \(0, 1\]"),
+        ({"CHAT_TEMPLATE_KWARGS": "enable_thinking=false"}, "CHAT_TEMPLATE_KWARGS is not JSON"),
+        ({"CHAT_TEMPLATE_KWARGS": "[1]"}, "must be a JSON object"),
+        ({"ENGINE_EXTRA_ARGS": "--foo 'unterminated"}, "cannot be parsed"),
+    ],
+)
 def test_bad_settings_fail_with_one_line_naming_the_setting(env, match):
     with pytest.raises(ConfigError, match=match) as info:
         build_command({**BASE, **env})
@@ -106,12 +122,16 @@ def test_the_launcher_refuses_with_one_line_and_never_execs(tmp_path):
     import os
     import subprocess
     import sys
-
     from pathlib import Path
 
     services = str(Path(__file__).resolve().parents[3] / "services")
-    env = {**os.environ, **BASE, "ENGINE_EXTRA_ARGS": "--host 0.0.0.0", "PYTHONPATH": services,
-           "PATH": str(tmp_path)}  # no vllm on PATH: a refused start must not get as far as exec
+    env = {
+        **os.environ,
+        **BASE,
+        "ENGINE_EXTRA_ARGS": "--host 0.0.0.0",
+        "PYTHONPATH": services,
+        "PATH": str(tmp_path),
+    }  # no vllm on PATH: a refused start must not get as far as exec
     result = subprocess.run([sys.executable, "-m", "engine"], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()

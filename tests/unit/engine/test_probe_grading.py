@@ -9,10 +9,12 @@ def payload(ids=(5, 7, 2), prompt=(1, 2, 3), labels=None, with_ids=True):
     labels = labels or [f"token_id:{i}" for i in ids]
     return {
         "prompt_token_ids": list(prompt) if prompt else None,
-        "choices": [{
-            "token_ids": list(ids) if with_ids else None,
-            "logprobs": {"content": [{"token": t, "logprob": -0.5, "top_logprobs": []} for t in labels]},
-        }],
+        "choices": [
+            {
+                "token_ids": list(ids) if with_ids else None,
+                "logprobs": {"content": [{"token": t, "logprob": -0.5, "top_logprobs": []} for t in labels]},
+            }
+        ],
     }
 
 

@@ -17,9 +17,11 @@ def test_drain_cancels_rollouts_and_waits_for_their_sandboxes_to_stop():
                 started.set()
                 await asyncio.Event().wait()  # the agent phase, forever
             except asyncio.CancelledError:
+
                 async def stop():
                     await asyncio.sleep(0.05)  # a `docker compose down` that takes a moment
                     stopped.append(name)
+
                 await asyncio.shield(stop())
                 raise
 

@@ -97,8 +97,15 @@ def make_env(service, engine_url: str) -> GatedHarborEnvironment:
 
 
 def rollout(env, **kw) -> dict:
-    args = dict(split=STARTER, task_index=0, harness="mini-swe-agent", sandbox="docker", reward_key="",
-                keep_sandbox=False, force_build=False)
+    args = dict(
+        split=STARTER,
+        task_index=0,
+        harness="mini-swe-agent",
+        sandbox="docker",
+        reward_key="",
+        keep_sandbox=False,
+        force_build=False,
+    )
     args.update(kw)
     return json.loads(asyncio.run(env._run_rollout(**args)))
 

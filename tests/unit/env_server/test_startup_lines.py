@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from env_server.checks import check_trials_dir, probe_engine
 from env_server.settings import ConfigError
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 STARTER = REPO / "datasets" / "starter"

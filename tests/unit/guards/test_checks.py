@@ -198,8 +198,12 @@ def test_disk_space(tmp_path):
 
 @pytest.mark.parametrize(
     ("provider", "profiles", "needle"),
-    [("cloudflared", "", "does not contain cloudflared"), ("direct", "cloudflared", "remove cloudflared"),
-     ("gradio", "x,cloudflared", "remove cloudflared"), ("ngrok", "", "unknown")],
+    [
+        ("cloudflared", "", "does not contain cloudflared"),
+        ("direct", "cloudflared", "remove cloudflared"),
+        ("gradio", "x,cloudflared", "remove cloudflared"),
+        ("ngrok", "", "unknown"),
+    ],
 )
 def test_tunnel_profile(tmp_path, provider, profiles, needle):
     env = good_env(tmp_path, TUNNEL_PROVIDER=provider, COMPOSE_PROFILES=profiles)
@@ -270,7 +274,10 @@ def test_train_script_path(tmp_path):
 
 def test_weight_transfer_modes(tmp_path):
     probes = probes_for(tmp_path, GCSFUSE)
-    by = lambda mode: {f.check: f.message for f in run_all(good_env(tmp_path, WEIGHT_TRANSFER=mode), probes)}
+
+    def by(mode):
+        return {f.check: f.message for f in run_all(good_env(tmp_path, WEIGHT_TRANSFER=mode), probes)}
+
     assert "unknown" in by("gloo")["weight-transfer"]
     # No vllm in the host venv: nccl names the image to build from. The mock engine's backend is in
     # this checkout (services/mock_engine/weight_client.py), so mock passes.

@@ -43,8 +43,12 @@ def test_a_verification_older_than_the_bound_is_not_trusted(tmp_path):
     assert handoff.read(tmp_path) is not None
     assert handoff.read(tmp_path, max_age_s=handoff.max_age_from_env({})) is None
     assert handoff.max_age_from_env({}) == 29.0
-    assert handoff.max_age_from_env({"TUNNEL_CHECK_INTERVAL_S": "5", "TUNNEL_CHECK_FAILURES_TO_WITHDRAW": "3",
-                                     "TUNNEL_CHECK_TIMEOUT_S": "4"}) == 20.0
+    assert (
+        handoff.max_age_from_env(
+            {"TUNNEL_CHECK_INTERVAL_S": "5", "TUNNEL_CHECK_FAILURES_TO_WITHDRAW": "3", "TUNNEL_CHECK_TIMEOUT_S": "4"}
+        )
+        == 20.0
+    )
 
 
 def test_a_torn_file_is_reported_not_trusted(tmp_path):

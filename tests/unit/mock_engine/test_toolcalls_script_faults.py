@@ -23,13 +23,16 @@ def test_content_is_none_when_the_turn_is_only_a_call():
     assert parsed.content is None and len(parsed.tool_calls) == 1
 
 
-@pytest.mark.parametrize("text", [
-    '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call> trailing',
-    '<tool_call>\n{"name": "bash", "arguments": not json}\n</tool_call>',
-    '<tool_call>\n{"name":"bash","arguments":{"command":"ls"}}\n</tool_call>',
-    '<tool_call>\n{"name": "bash", "arguments": ["ls"]}\n</tool_call>',
-    "<tool_call>\nhalf a call",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call> trailing',
+        '<tool_call>\n{"name": "bash", "arguments": not json}\n</tool_call>',
+        '<tool_call>\n{"name":"bash","arguments":{"command":"ls"}}\n</tool_call>',
+        '<tool_call>\n{"name": "bash", "arguments": ["ls"]}\n</tool_call>',
+        "<tool_call>\nhalf a call",
+    ],
+)
 def test_anything_that_would_not_round_trip_stays_content(text):
     parsed = toolcalls.parse(text, tools_offered=True)
     assert parsed.tool_calls == [] and parsed.content == text
@@ -48,8 +51,11 @@ def write_script(tmp_path, doc):
 
 def assistant(command):
     args = json.dumps({"command": command})
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "bash", "arguments": args}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "bash", "arguments": args}}],
+    }
 
 
 def test_script_follows_actions_then_submits(tmp_path):
@@ -68,8 +74,11 @@ def test_script_follows_actions_then_submits(tmp_path):
 def test_script_ignores_other_tasks_and_rollouts_that_left_it(tmp_path):
     s = script.Script(script.load(write_script(tmp_path, [{"match": "fix", "actions": ["ls"]}])), prob=1.0)
     assert s.next_action([{"role": "user", "content": "something else"}], seed=1) is None
-    off = [{"role": "user", "content": "fix"}, {"role": "assistant", "content": "rambling"},
-           {"role": "user", "content": "format error"}]
+    off = [
+        {"role": "user", "content": "fix"},
+        {"role": "assistant", "content": "rambling"},
+        {"role": "user", "content": "format error"},
+    ]
     assert s.next_action(off, seed=1) is None
 
 
@@ -82,11 +91,14 @@ def test_script_probability_is_per_rollout_and_seeded(tmp_path):
     assert script.Script(s.entries, prob=0.0).next_action(convo, seed=3) is None
 
 
-@pytest.mark.parametrize("doc,match", [
-    ({"match": "x"}, "must be a JSON list"),
-    ([{"match": "", "actions": ["ls"]}], "`match` must be a non-empty string"),
-    ([{"match": "x", "actions": "ls"}], "`actions` must be a list"),
-])
+@pytest.mark.parametrize(
+    "doc,match",
+    [
+        ({"match": "x"}, "must be a JSON list"),
+        ([{"match": "", "actions": ["ls"]}], "`match` must be a non-empty string"),
+        ([{"match": "x", "actions": "ls"}], "`actions` must be a list"),
+    ],
+)
 def test_bad_script_files_fail_with_one_line(tmp_path, doc, match):
     with pytest.raises(script.ScriptError, match=match):
         script.load(write_script(tmp_path, doc))
@@ -101,7 +113,9 @@ def test_missing_script_file_and_bad_probability(tmp_path):
 
 
 def test_faults_parse_from_env_and_reject_unknown_names():
-    f = faults.from_env({"MOCK_FAULTS": "no_token_ids, raw_logprobs", "MOCK_ERROR_STATUS": "503", "MOCK_ERROR_RATE": "1"})
+    f = faults.from_env(
+        {"MOCK_FAULTS": "no_token_ids, raw_logprobs", "MOCK_ERROR_STATUS": "503", "MOCK_ERROR_RATE": "1"}
+    )
     assert "no_token_ids" in f and "raw_logprobs" in f and "token_strings" not in f
     assert f.should_error()
     with pytest.raises(faults.FaultError, match="known faults: no_token_ids"):

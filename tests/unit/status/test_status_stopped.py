@@ -13,8 +13,13 @@ PROJECT = "asyncgrpo-status-never-started"
 
 
 def status(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts/status"), "--project", PROJECT, *args],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts/status"), "--project", PROJECT, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_json_for_a_stack_that_never_started():

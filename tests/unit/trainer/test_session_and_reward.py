@@ -6,7 +6,6 @@ HarborRolloutResult documents are built the way the env server builds them: Open
 
 import pickle
 import re
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -25,9 +24,15 @@ OUT2 = [10, 11, 12, 13]
 def turn(i, prompt, out, logps=None, trainable=True, mask=None):
     logps = logps if logps is not None else [-0.5] * len(out)
     return HarborTurn(
-        turn=i, node_id=f"n{i}", prompt_token_ids=prompt, completion_token_ids=out, per_token_logps=logps,
-        loss_mask=mask if mask is not None else [0] * len(prompt) + [int(trainable)] * len(out), trainable=trainable,
-        request_messages=[{"role": "user", "content": "fix it"}], text="ok",
+        turn=i,
+        node_id=f"n{i}",
+        prompt_token_ids=prompt,
+        completion_token_ids=out,
+        per_token_logps=logps,
+        loss_mask=mask if mask is not None else [0] * len(prompt) + [int(trainable)] * len(out),
+        trainable=trainable,
+        request_messages=[{"role": "user", "content": "fix it"}],
+        text="ok",
         tool_calls=[{"name": "bash", "arguments": '{"command": "ls"}'}],
     )
 
@@ -89,7 +94,9 @@ def test_eval_grade_engine_stops_the_run_naming_the_flags():
 
 
 def test_failed_sandbox_is_unscorable_not_zero():
-    session, _ = session_for(result(ok=False, reward=None, error="sandbox died", exception_type="SandboxError", turns=[]))
+    session, _ = session_for(
+        result(ok=False, reward=None, error="sandbox died", exception_type="SandboxError", turns=[])
+    )
     with pytest.raises(RolloutFailed, match="sandbox died"):
         session.wait_for_completion()
 
@@ -136,7 +143,10 @@ def test_reward_key_selects_a_component():
 
 def test_tool_efficiency_bonus_only_when_correct():
     reward = HarborReward(tool_efficiency_bonus=0.1, step_limit=10)
-    outcome = lambda r, calls: SimpleNamespace(env_reward=r, tool_call_count=calls)
+
+    def outcome(r, calls):
+        return SimpleNamespace(env_reward=r, tool_call_count=calls)
+
     assert reward(outcome(1.0, 2)) == pytest.approx(1.08)
     assert reward(outcome(1.0, 12)) == 1.0  # over budget: no bonus, never a penalty
     assert reward(outcome(0.0, 1)) == 0.0  # wrong and brief earns nothing

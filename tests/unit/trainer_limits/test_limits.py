@@ -5,8 +5,17 @@ import math
 import pytest
 
 from trainer.limits import (
-    BUDGET_QUANTUM, DEFAULT_TURNS, GC, GC_COMPILE, MEASURED, DroppedSampleCounter, MemoryProfile, TurnSizes,
-    UnknownModel, derive_limits, startup_report,
+    BUDGET_QUANTUM,
+    DEFAULT_TURNS,
+    GC,
+    GC_COMPILE,
+    MEASURED,
+    DroppedSampleCounter,
+    MemoryProfile,
+    TurnSizes,
+    UnknownModel,
+    derive_limits,
+    startup_report,
 )
 
 MODEL = "Qwen/Qwen3-1.7B"
@@ -14,8 +23,13 @@ CARD_80, CARD_141 = 79.2, 139.8  # what torch reports for an 80 GB H100 and a 14
 
 
 def test_rollout_length_is_prompt_plus_steps_minus_the_unseen_last_output():
-    t = TurnSizes(template_tokens=1000, task_tokens=500, completion_tokens=(100, 300),
-                  observation_tokens=(200, 1000), message_overhead_tokens=10)
+    t = TurnSizes(
+        template_tokens=1000,
+        task_tokens=500,
+        completion_tokens=(100, 300),
+        observation_tokens=(200, 1000),
+        message_overhead_tokens=10,
+    )
     assert t.prompt_tokens == 1510
     assert t.turn_tokens("max") == 300 + 1000 + 20
     assert t.rollout_tokens(1, "max") == 1510 + 1320 - 1010

@@ -87,11 +87,27 @@ def test_logfile_json_lines_are_parsed_like_the_console():
     # cloudflared --logfile: zerolog JSON, one banner box line per record.
     url = "https://edges-stockings-minds-uc.trycloudflare.com"
     lines = [
-        json.dumps({"level": "info", "time": "2024-05-18T10:00:00Z", "message": "Requesting new quick Tunnel on trycloudflare.com..."}),
+        json.dumps(
+            {
+                "level": "info",
+                "time": "2024-05-18T10:00:00Z",
+                "message": "Requesting new quick Tunnel on trycloudflare.com...",
+            }
+        ),
         *[json.dumps({"level": "info", "time": "2024-05-18T10:00:03Z", "message": m}) for m in box(url)],
-        json.dumps({"level": "info", "connIndex": 0, "connection": "43399760-3a62-4bf6-aa3e-d923390a366a",
-                    "event": 0, "ip": "198.41.192.227", "location": "ams07", "protocol": "quic",
-                    "time": "2024-05-18T10:00:04Z", "message": "Registered tunnel connection"}),
+        json.dumps(
+            {
+                "level": "info",
+                "connIndex": 0,
+                "connection": "43399760-3a62-4bf6-aa3e-d923390a366a",
+                "event": 0,
+                "ip": "198.41.192.227",
+                "location": "ams07",
+                "protocol": "quic",
+                "time": "2024-05-18T10:00:04Z",
+                "message": "Registered tunnel connection",
+            }
+        ),
         # verbatim from cloudflared#632
         '{"level":"warn","connIndex":1,"error":"failed to accept QUIC stream: Application error 0x0",'
         '"time":"2022-04-26T16:00:31Z","message":"Failed to serve quic connection"}',
@@ -157,7 +173,9 @@ def test_request_logs_naming_the_hostname_do_not_replace_the_banner():
 def test_parse_file_reads_only_the_tail_and_skips_the_cut_line(tmp_path):
     path = tmp_path / "cloudflared.log"
     filler = "\n".join(f'{{"level":"debug","time":"t","message":"rpcconnect: tx {i}"}}' for i in range(2000))
-    banner = "\n".join(json.dumps({"level": "info", "time": "t", "message": m}) for m in box("https://tail-only-url.trycloudflare.com"))
+    banner = "\n".join(
+        json.dumps({"level": "info", "time": "t", "message": m}) for m in box("https://tail-only-url.trycloudflare.com")
+    )
     path.write_text(filler + "\n" + banner + "\n")
     state = logparse.parse_file(path, tail_bytes=4096)
     assert state.url == "https://tail-only-url.trycloudflare.com"
@@ -168,5 +186,8 @@ def test_parse_file_missing_is_empty(tmp_path):
 
 
 def test_url_from_hostname_follows_cloudflared():
-    assert logparse.url_from_hostname("four-dashed-word-url.trycloudflare.com") == "https://four-dashed-word-url.trycloudflare.com"
+    assert (
+        logparse.url_from_hostname("four-dashed-word-url.trycloudflare.com")
+        == "https://four-dashed-word-url.trycloudflare.com"
+    )
     assert logparse.url_from_hostname("http://172.17.0.1:40123/") == "http://172.17.0.1:40123"

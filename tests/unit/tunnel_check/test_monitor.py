@@ -3,7 +3,6 @@ publish a new URL as soon as it verifies. Verdicts are fed directly (the checks 
 covered by test_probe and the integration suite); the hand-off is the real one in a temp folder."""
 
 import handoff
-
 from tunnel_check import probe, settings
 from tunnel_check.monitor import Monitor
 
@@ -22,11 +21,16 @@ class Renewals:
 
 
 def make(tmp_path, failures=2):
-    s = settings.load({
-        "TUNNEL_PROVIDER": "cloudflared", "TUNNEL_METRICS_PORT": "20241", "HANDOFF_DIR": str(tmp_path),
-        "TUNNEL_CHECK_INTERVAL_S": "1", "TUNNEL_CHECK_TIMEOUT_S": "0.5",
-        "TUNNEL_CHECK_FAILURES_TO_WITHDRAW": str(failures),
-    })
+    s = settings.load(
+        {
+            "TUNNEL_PROVIDER": "cloudflared",
+            "TUNNEL_METRICS_PORT": "20241",
+            "HANDOFF_DIR": str(tmp_path),
+            "TUNNEL_CHECK_INTERVAL_S": "1",
+            "TUNNEL_CHECK_TIMEOUT_S": "0.5",
+            "TUNNEL_CHECK_FAILURES_TO_WITHDRAW": str(failures),
+        }
+    )
     m = Monitor(s, discovery=Renewals())
     return m
 

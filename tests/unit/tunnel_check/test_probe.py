@@ -7,11 +7,9 @@ code in its own <span>). Resolution and refusal use the real network stack: `.in
 resolves (RFC 6761), and nothing listens on the refused port.
 """
 
-import json
 import socket
 
 import httpx
-import pytest
 
 from tunnel_check import probe
 
@@ -65,8 +63,11 @@ def test_dead_origin_502_page():
 
 
 def test_html_with_200_is_not_a_health_document():
-    v = through(lambda r: httpx.Response(200, text="<html><title>Gradio</title><body>app</body></html>",
-                                         headers={"content-type": "text/html"}))
+    v = through(
+        lambda r: httpx.Response(
+            200, text="<html><title>Gradio</title><body>app</body></html>", headers={"content-type": "text/html"}
+        )
+    )
     assert v.cause == probe.NOT_JSON and "Gradio" in v.detail
 
 

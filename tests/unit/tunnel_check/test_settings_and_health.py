@@ -4,9 +4,9 @@ healthcheck is healthy only for a published, recently verified URL."""
 import json
 import time
 
-import handoff
 import pytest
 
+import handoff
 from tunnel_check import health, settings
 
 BASE = {"TUNNEL_PROVIDER": "cloudflared", "TUNNEL_METRICS_PORT": "20241", "CAPTURE_PORT": "8100"}

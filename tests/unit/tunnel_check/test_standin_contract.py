@@ -15,8 +15,16 @@ def test_banner_in_logfile_json_and_console_is_parsed(tmp_path):
     out = io.StringIO()
     say = Announcer(str(logfile), out)
     say.banner("http://172.17.0.1:18123")
-    say.log("info", "Registered tunnel connection", connIndex=0, connection="c0ffee", event=0,
-            ip="127.0.0.1", location="local", protocol="http")
+    say.log(
+        "info",
+        "Registered tunnel connection",
+        connIndex=0,
+        connection="c0ffee",
+        event=0,
+        ip="127.0.0.1",
+        location="local",
+        protocol="http",
+    )
     from_file = logparse.parse_file(logfile)
     from_console = logparse.parse_lines(out.getvalue().splitlines())
     for state in (from_file, from_console):
