@@ -76,6 +76,11 @@ class Settings:
                 f"AGENT_INSTALL={agent_install!r} is unknown; set it to one of {', '.join(AGENT_INSTALLS)}"
             )
         datasets = tuple(d.strip() for d in text("DATASETS", DEFAULT_DATASET).split(",") if d.strip())
+        # Held-out datasets are served from the same process (shared sandbox templates); the trainer
+        # keeps them out of training (trainer/task_select.py).
+        for spec in (d.strip() for d in text("EVAL_DATASETS", "").split(",")):
+            if spec and spec not in datasets:
+                datasets += (spec,)
 
         max_inflight = integer("MAX_INFLIGHT_ROLLOUTS", 8, minimum=1)
         max_envs = integer("MAX_CONCURRENT_ENVS", 16, minimum=1)

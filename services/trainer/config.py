@@ -42,6 +42,48 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     return best
 
 
+def _splits(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """EVAL_*: the held-out evaluation, periodic (EVAL_STEPS) and standalone (`python -m trainer.evaluate`)."""
+
+    steps: int = 0  # 0: no periodic evaluation during training
+    datasets: tuple[str, ...] = ()  # split names as the env server lists them (its DATASETS + EVAL_DATASETS)
+    attempts: int = 1  # scored attempts per task; pass@k needs k of them
+    pass_k: tuple[int, ...] = (1,)
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tasks: int = 0  # 0: every task of the eval splits
+    concurrency: int = 4
+    baseline: str = ""  # eval.json of the base model; default <bucket>/evals/baseline/eval.json
+
+    @property
+    def sampling(self) -> dict:
+        """OpenEnv's eval sampling (`run_rollout(purpose="eval", eval_sampling=...)`)."""
+        return {"temperature": self.temperature, "top_p": self.top_p}
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    """HUB_*: push the final model (and optionally each retained checkpoint) with huggingface_hub."""
+
+    model_id: str = ""  # empty: nothing is pushed
+    token: str = field(default="", repr=False)  # never printed; HUB_TOKEN, else huggingface_hub's own lookup
+    push_checkpoints: bool = False
+    private: bool = True
+    endpoint: str = ""  # HF_ENDPOINT: the Hub's address (a test points it at a local stand-in)
+    attempts: int = 5
+    retry_s: float = 30.0  # first retry delay; doubles per attempt
+    final_wait_s: float = 1800.0  # how long the trainer waits at exit for the final push
+
+
+def _truthy(value: str) -> bool:
+    return value.lower() not in ("0", "false", "no", "off", "")
+
+
 @dataclass
 class Settings:
     model: str
@@ -75,6 +117,11 @@ class Settings:
     # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
     # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
     compile_layers: bool = True
+    # --- evaluation, screening, Hub publishing (trainer/evaluate.py, screen.py, publish.py) ---
+    datasets: tuple[str, ...] = ()  # the splits trained on (DATASETS); empty means every split served
+    evaluation: EvalSettings = field(default_factory=EvalSettings)
+    hub: HubSettings = field(default_factory=HubSettings)
+    screened_tasks: str = ""
     extra: dict = field(default_factory=dict)
 
     @property
@@ -143,6 +190,45 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         checkpoint_root_override=_get(env, "CHECKPOINT_ROOT", ""),
         engine_max_model_len=int(_get(env, "ENGINE_MAX_MODEL_LEN", "32768")),
         compile_layers=_get(env, "TRAINER_COMPILE_LAYERS", "1") not in ("0", "false", "no"),
+        datasets=_splits(_get(env, "DATASETS", "")),
+        evaluation=eval_from_env(env),
+        hub=hub_from_env(env),
+        screened_tasks=_get(env, "SCREENED_TASKS", ""),
         # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
         dtype=_get(env, "TRAIN_DTYPE", "bfloat16" if _get(env, "WEIGHT_TRANSFER", "nccl") == "nccl" else "float32"),
+    )
+
+
+def eval_from_env(env: Mapping[str, str]) -> EvalSettings:
+    pass_k = tuple(sorted({int(k) for k in _splits(_get(env, "EVAL_PASS_K", "1"))} | {1}))
+    attempts = int(_get(env, "EVAL_ATTEMPTS", str(max(pass_k))))
+    if attempts < max(pass_k):
+        raise ValueError(
+            f"EVAL_PASS_K={','.join(map(str, pass_k))} needs EVAL_ATTEMPTS >= {max(pass_k)} attempts per task "
+            f"(EVAL_ATTEMPTS={attempts}): raise EVAL_ATTEMPTS or lower EVAL_PASS_K"
+        )
+    bucket = _get(env, "BUCKET_DIR", "/bucket")
+    return EvalSettings(
+        steps=int(_get(env, "EVAL_STEPS", "0")),
+        datasets=_splits(_get(env, "EVAL_DATASETS", "")),
+        attempts=attempts,
+        pass_k=pass_k,
+        temperature=float(_get(env, "EVAL_TEMPERATURE", "0.6")),
+        top_p=float(_get(env, "EVAL_TOP_P", "0.95")),
+        max_tasks=int(_get(env, "EVAL_MAX_TASKS", "0")),
+        concurrency=max(1, int(_get(env, "EVAL_CONCURRENCY", "4"))),
+        baseline=_get(env, "EVAL_BASELINE", str(Path(bucket) / "evals" / "baseline" / "eval.json")),
+    )
+
+
+def hub_from_env(env: Mapping[str, str]) -> HubSettings:
+    return HubSettings(
+        model_id=_get(env, "HUB_MODEL_ID", ""),
+        token=_get(env, "HUB_TOKEN", ""),
+        push_checkpoints=_truthy(_get(env, "HUB_PUSH_CHECKPOINTS", "0")),
+        private=_truthy(_get(env, "HUB_PRIVATE", "1")),
+        endpoint=_get(env, "HF_ENDPOINT", ""),
+        attempts=max(1, int(_get(env, "HUB_PUSH_ATTEMPTS", "5"))),
+        retry_s=float(_get(env, "HUB_RETRY_S", "30")),
+        final_wait_s=float(_get(env, "HUB_FINAL_WAIT_S", "1800")),
     )

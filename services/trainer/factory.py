@@ -93,6 +93,27 @@ class EnvServerRunner:
                 sampling=sampling,
             )
 
+    def evaluate(self, ref: TaskRef, eval_sampling: dict) -> HarborRolloutResult:
+        """One EVAL rollout: same env server, sandbox and capture proxy as training, but OpenEnv's eval
+        purpose (read at openenv 0.10.0, `openenv.harbor.client.run_rollout` and
+        `core.harness.capture.sessions`): the proxy applies `eval_sampling` (temperature/top_p/top_k only)
+        instead of the training policy, refuses a training `sampling` on the same session, and stamps the
+        result `rollout_type="eval"`, so an eval rollout can never be mistaken for training data."""
+        with HarborEnv(base_url=self.env_server_url, message_timeout_s=self.agent_timeout_s + SETUP_MARGIN_S) as env:
+            return env.run_rollout(
+                split=ref.split,
+                task_index=ref.index,
+                harness=self.harness,
+                sandbox=self.sandbox,
+                reward_key=self.reward_key,
+                llm_url=self.llm_url,
+                model=self.model,
+                agent_timeout_sec=self.agent_timeout_s,
+                agent_step_limit=self.agent_step_limit,
+                purpose="eval",
+                eval_sampling=eval_sampling,
+            )
+
 
 class HarborSessionFactory(ResourceSessionFactory[HarborRolloutSession]):
     """OpenEnv `ResourceSessionFactory` over any runner with `run(ref, sampling, episode_id)`."""

@@ -7,6 +7,9 @@ status.json is small, rewritten atomically after every logged step and every che
      "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
      "dropped_oversize_total", "last_checkpoint", "error", "updated_at", "first_step_at" (unix time)}
 
+plus, when configured: "eval" (latest periodic evaluation), "eval_baseline", "eval_state" (trainer/eval_callback.py)
+and "hub" (the Hub push state, trainer/publish.py).
+
 `samples_per_rollout` against `turns_mean` is the forking tell: a healthy multi-turn agent trains one
 row per rollout whatever its turn count; rows growing with turns means prompts are being re-rendered.
 """
@@ -17,6 +20,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,11 +69,14 @@ class RunStatus:
             "error": None,
             **{k: None for k in METRICS},
         }
+        # The Hub publisher updates `hub` from its own thread (trainer/publish.py).
+        self._lock = threading.Lock()
 
     def update(self, **fields) -> None:
-        self.doc.update(fields)
-        self.doc["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        write_json_atomic(self.path, self.doc)
+        with self._lock:
+            self.doc.update(fields)
+            self.doc["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            write_json_atomic(self.path, self.doc)
 
 
 def console_line(doc: dict) -> str:

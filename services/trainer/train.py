@@ -19,13 +19,14 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
-from . import weights
+from . import hooks, weights
 from .config import Settings
 from .factory import EnvServerRunner, HarborSessionFactory
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .reward import HarborReward
 from .session import RolloutFailed
 from .status import RunStatus, StatusCallback
+from .task_select import training_rows
 
 logger = logging.getLogger("trainer")
 
@@ -140,7 +141,12 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
     from . import cpu_form
     from .worker import HarborRolloutWorker
 
-    rows = runner.task_rows()
+    all_rows = runner.task_rows()  # training and held-out splits: the env server serves both
+    try:
+        rows = training_rows(all_rows, s.datasets, s.screened_tasks)
+        hooks.check(s, all_rows, status)
+    except ValueError as exc:  # a setting names tasks that are not there: one line, before paying
+        raise SystemExit(f"trainer: {exc}") from None
     warm_up(runner, rows, s)
 
     cpu = cpu_form.install()
@@ -208,6 +214,7 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
     trainer.callback_handler.callbacks.insert(0, dropped.callback())
+    hooks.install(trainer, s, runner, all_rows, status)  # periodic evaluation, Hub publishing
     if torch.cuda.is_available():
         _report_memory_limits(s, torch.cuda.get_device_properties(0).total_memory / 2**30)
         if s.compile_layers:

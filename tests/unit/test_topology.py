@@ -172,6 +172,7 @@ def test_secrets_only_reach_the_services_that_use_them(production):
         "TUNNEL_TOKEN": {"tunnel", "preflight"},
         "HF_TOKEN": {"engine", "trainer", "env-server"},
         "OPENENV_CAPTURE_ADMIN_KEY": {"env-server"},
+        "HUB_TOKEN": {"trainer"},
     }
     for secret, services in allowed.items():
         have = {n for n, s in production["services"].items() if secret in (s.get("environment") or {})}
@@ -203,3 +204,11 @@ def test_cpu_only_knobs_are_documented_in_the_cpu_file():
     readme = (ROOT / "README.md").read_text()
     for name in {n for n in _variables_read_by_compose() if n.startswith(("CPU_", "MOCK_", "STANDIN_"))}:
         assert name in readme, f"{name} (CPU form) must be described in README.md"
+
+
+def test_eval_datasets_are_served_and_hub_endpoint_is_never_empty(production):
+    env_server = production["services"]["env-server"]["environment"]
+    trainer = production["services"]["trainer"]["environment"]
+    assert "EVAL_DATASETS" in env_server and "EVAL_DATASETS" in trainer
+    # huggingface_hub takes HF_ENDPOINT="" as the Hub's address: compose must never pass it empty.
+    assert trainer["HF_ENDPOINT"] == "https://huggingface.co"

@@ -41,3 +41,8 @@ def test_the_admin_key_is_never_held():
     s = Settings.from_env({"OPENENV_CAPTURE_ADMIN_KEY": "s3cret-value"})
     assert s.admin_key_set
     assert "s3cret-value" not in repr(s)
+
+
+def test_eval_datasets_are_served_alongside_the_training_ones_once():
+    s = Settings.from_env({"DATASETS": "/d/train,/d/shared", "EVAL_DATASETS": "/d/held, /d/shared"})
+    assert s.datasets == ("/d/train", "/d/shared", "/d/held")
