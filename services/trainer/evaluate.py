@@ -237,7 +237,8 @@ def evaluate(runner: Any, rows: Sequence[dict], s: Any, *, label: str, splits: S
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
+    """`runner`: the env server's (default), or a test's stand-in for it."""
     parser = argparse.ArgumentParser(
         prog="python -m trainer.evaluate",
         description="Evaluate what the engine serves on held-out tasks (pass@k with a 95%% CI); "
@@ -256,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"evaluate: {exc}", file=sys.stderr)
         return 2
-    runner = runner_from_settings(s)
+    runner = runner or runner_from_settings(s)
     try:
         doc = evaluate(runner, runner.task_rows(), s, label=args.label or f"base {s.model}", splits=args.split)
     except (ValueError, RuntimeError) as exc:

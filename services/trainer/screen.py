@@ -63,7 +63,8 @@ def markdown(doc: dict) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
+    """`runner`: the env server's (default), or a test's stand-in for it."""
     parser = argparse.ArgumentParser(
         prog="python -m trainer.screen",
         description="K attempts per task with the base model; keep tasks with 0 < pass rate < 1 "
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .train import runner_from_settings
 
     s = from_env()
-    runner = runner_from_settings(s)
+    runner = runner or runner_from_settings(s)
     rows = runner.task_rows()
     splits = args.split or list(s.datasets) or sorted({task_ref_from_prompt(r["prompt"]).split for r in rows})
     sampling = {"temperature": s.temperature, "top_p": 1.0}

@@ -147,6 +147,11 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         hooks.check(s, all_rows, status)
     except ValueError as exc:  # a setting names tasks that are not there: one line, before paying
         raise SystemExit(f"trainer: {exc}") from None
+    print(
+        f"trainer: {len(rows)} training task(s) of {len(all_rows)} served"
+        + (f" (SCREENED_TASKS={s.screened_tasks})" if s.screened_tasks else ""),
+        flush=True,
+    )
     warm_up(runner, rows, s)
 
     cpu = cpu_form.install()

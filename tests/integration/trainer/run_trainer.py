@@ -5,6 +5,8 @@
 Everything else comes from the environment, exactly as `python -m trainer` reads it.
 """
 
+import json
+import os
 import sys
 
 from scripted_agent import ScriptedAgentRunner
@@ -18,4 +20,6 @@ if __name__ == "__main__":
     if failures:
         sys.exit("\n".join(str(f) for f in failures))
     settings = from_env()
-    run(settings, runner=ScriptedAgentRunner(capture_url=sys.argv[1], model=settings.model))
+    tasks = json.loads(os.environ.get("SCRIPTED_AGENT_TASKS") or "null")  # the task instructions, when not the default
+    extra = {"tasks": tuple(tasks)} if tasks else {}
+    run(settings, runner=ScriptedAgentRunner(capture_url=sys.argv[1], model=settings.model, **extra))

@@ -48,9 +48,17 @@ class ScriptedAgentRunner:
         return [prompt_row("local", i, text, f"local-{i}") for i, text in enumerate(self.tasks)]
 
     def run(self, ref, sampling, episode_id) -> HarborRolloutResult:
+        return self._rollout(ref, {"sampling": sampling, "max_model_calls": self.turns})
+
+    def evaluate(self, ref, eval_sampling) -> HarborRolloutResult:
+        """An eval rollout, as the env server starts one for `run_rollout(purpose="eval")`: the proxy's
+        session carries OpenEnv's eval purpose and eval sampling, and the result is stamped `eval`."""
+        return self._rollout(ref, {"purpose": "eval", "eval_sampling": eval_sampling, "max_model_calls": self.turns})
+
+    def _rollout(self, ref, session: dict) -> HarborRolloutResult:
         with httpx.Client(base_url=self.capture_url, timeout=120) as http:
-            created = http.post("/sessions", json={"sampling": sampling, "max_model_calls": self.turns})
-            sid = created.raise_for_status().json()["session_id"]
+            created = http.post("/sessions", json=session).raise_for_status().json()
+            sid = created["session_id"]
             messages = [
                 {"role": "system", "content": "You are a coding agent. Use the bash tool."},
                 {"role": "user", "content": ref.instruction},
@@ -96,7 +104,7 @@ class ScriptedAgentRunner:
             sandbox="local",
             session_id=sid,
             reward=reward,
-            rollout_type=document.get("rollout_type", "train"),
+            rollout_type=created.get("rollout_type") or document.get("rollout_type", "train"),
             capture_level=document.get("capture_level", "tokens"),
             turns=turns,
             n_turns=document["stats"]["n_turns"],

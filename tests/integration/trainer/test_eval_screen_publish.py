@@ -1,0 +1,218 @@
+"""Baseline evaluation, task screening, a short training run with one periodic evaluation, and the Hub
+push, end to end on CPU: the real trainer (TRL AsyncGRPO), OpenEnv's real capture proxy in front of the
+mock engine, and the real huggingface_hub client pointed (HF_ENDPOINT) at a local stand-in of the Hub's
+HTTP API (tests/standins/hub.py; the Hub itself is unreachable here).
+
+    tests/run-in-image trainer tests/integration/trainer/test_eval_screen_publish.py
+
+The agent is the scripted one (scripted_agent.py); eval rollouts go through the proxy with OpenEnv's eval
+purpose and eval sampling. Task "List the files in the repository." follows the mock engine's known-good
+script in half the rollouts (solved sometimes); "Say hello." never matches the script (never solved).
+Numbers are meaningless; the plumbing is what is tested.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "standins"))
+from hub import HubStandin  # noqa: E402
+from scripted_agent import ScriptedAgentRunner  # noqa: E402
+
+RUN = "eval-test"
+TASKS = ["List the files in the repository.", "Say hello."]
+TOKEN = "hf_test_token_not_a_secret"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url, proc, deadline_s=180):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy within {deadline_s}s")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    pytest.importorskip("trl")
+    work = tmp_path_factory.mktemp("eval-screen-publish")
+    model_dir = Path("/app/models/tiny-agent")
+    if not (model_dir / "config.json").is_file():
+        model_dir = work / "tiny-agent"
+        subprocess.run([sys.executable, "-m", "mock_engine.build_model", str(model_dir)], check=True, timeout=300)
+    engine_port, capture_port = free_port(), free_port()
+    script = work / "script.json"
+    script.write_text(json.dumps([{"match": "repository", "actions": ["ls", "cat README.md"]}]))
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "mock_engine"],
+        env={
+            **os.environ,
+            "MOCK_MODEL_DIR": str(model_dir),
+            "MODEL": str(model_dir),
+            "ENGINE_PORT": str(engine_port),
+            "MOCK_MAX_NEW_TOKENS": "128",
+            "MOCK_SCRIPT_FILE": str(script),
+            "MOCK_SCRIPT_PROB": "0.5",
+        },
+        stdout=open(work / "engine.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    proxy = subprocess.Popen(
+        [sys.executable, str(HERE / "capture_proxy.py"), engine_url + "/v1", str(model_dir), str(capture_port)],
+        stdout=open(work / "proxy.log", "w"),
+        stderr=subprocess.STDOUT,
+    )
+    bucket = work / "bucket"
+    bucket.mkdir()
+    try:
+        wait_healthy(engine_url + "/health", engine)
+        wait_healthy(f"http://127.0.0.1:{capture_port}/health", proxy)
+        with HubStandin(work / "hub", token=TOKEN) as hub:
+            env = {
+                "MODEL": str(model_dir),
+                "ENGINE_URL": engine_url,
+                "BUCKET_DIR": str(bucket),
+                "HF_HOME": str(bucket / "hf-home"),
+                "DATASETS": "local",
+                "EVAL_DATASETS": "local",
+                "EVAL_ATTEMPTS": "2",
+                "EVAL_CONCURRENCY": "2",
+                "TEMPERATURE": "1.0",
+                "HUB_MODEL_ID": "me/tiny-harbor",
+                "HUB_TOKEN": TOKEN,
+                "HF_ENDPOINT": hub.url,
+                "HUB_RETRY_S": "1",
+            }
+            runner = ScriptedAgentRunner(capture_url=f"http://127.0.0.1:{capture_port}", model=str(model_dir))
+            yield {"work": work, "env": env, "bucket": bucket, "hub": hub, "runner": runner, "tasks": TASKS}
+    finally:
+        for proc in (proxy, engine):
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys):
+    from trainer import evaluate, screen
+
+    for k, v in stack["env"].items():
+        monkeypatch.setenv(k, v)
+    runner = ScriptedAgentRunner(capture_url=stack["runner"].capture_url, model=stack["runner"].model, tasks=TASKS)
+    bucket = stack["bucket"]
+    t0 = time.monotonic()
+
+    # 1. Baseline: the standalone command's code path, writing JSON and Markdown on the bucket.
+    assert evaluate.main(["--name", "baseline", "--label", "base tiny"], runner=runner) == 0
+    baseline = json.loads((bucket / "evals" / "baseline" / "eval.json").read_text())
+    assert (baseline["tasks"], baseline["attempts"], baseline["attempts_per_task"]) == (2, 4, 2)
+    assert baseline["sampling"] == {"temperature": 0.6, "top_p": 0.95} and baseline["held_out"] is False
+    assert baseline["scored_attempts"] == 4 and baseline["pass_at_k"]["1"]["method"] == "wilson-95"
+    assert "| base tiny | local (trained on) | 2 | 4 / 4 |" in (bucket / "evals" / "baseline" / "eval.md").read_text()
+    t_baseline = time.monotonic() - t0
+
+    # 2. Screening: 10 attempts per task at the training temperature.
+    screen.main(["--attempts", "10"], runner=runner)
+    screened = json.loads((bucket / "screening" / "screened-tasks.json").read_text())
+    verdicts = {r["task_id"]: r for r in screened["per_task"]}
+    assert verdicts["local-1"]["verdict"] == "drop: never solved" and verdicts["local-1"]["passed"] == 0
+    repo_task = verdicts["local-0"]
+    assert repo_task["scored"] == 10
+    # Solved in about half the rollouts: all-same in 10 fair coins is a 0.2% event.
+    assert repo_task["verdict"] == "keep", repo_task
+    assert screened["keep"] == [{"split": "local", "index": 0, "task_id": "local-0"}]
+    assert (
+        "| local-1 | local | 0 / 10 | 0.0% | 0 | drop: never solved |"
+        in (bucket / "screening" / "screening.md").read_text()
+    )
+    t_screen = time.monotonic() - t0 - t_baseline
+
+    # 3. Train 2 steps on the screened tasks, evaluating at step 2, then publish.
+    env = {
+        **os.environ,
+        **stack["env"],
+        "SCRIPTED_AGENT_TASKS": json.dumps(TASKS),
+        "SCREENED_TASKS": str(bucket / "screening" / "screened-tasks.json"),
+        "EVAL_STEPS": "2",
+        "BUCKET_NOT_A_MOUNT_OK": "i-accept-losing-checkpoints",
+        "REQUIRED_GPUS": "0",
+        "WEIGHT_TRANSFER": "mock",
+        "SANDBOX": "docker",
+        "TUNNEL_PROVIDER": "direct",
+        "COMPOSE_PROFILES": "",
+        "MIN_FREE_DISK_GB": "0",
+        "RUN_NAME": RUN,
+        "MAX_STEPS": "2",
+        "NUM_GENERATIONS": "4",
+        "PER_DEVICE_TRAIN_BATCH_SIZE": "4",
+        "TOKEN_BUDGET": "0",
+        "MAX_INFLIGHT_ROLLOUTS": "4",
+        "SAVE_STEPS": "1",
+        "LEARNING_RATE": "1e-2",
+        "MAX_COMPLETION_TOKENS": "128",
+        "AGENT_STEP_LIMIT": "3",
+        "REPORT_TO": "tensorboard",
+    }
+    out = subprocess.run(
+        [sys.executable, str(HERE / "run_trainer.py"), stack["runner"].capture_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    log = out.stdout + out.stderr
+    (stack["work"] / "trainer.log").write_text(log)
+    assert out.returncode == 0, log[log.find("Traceback") :][:5000] + "\n...\n" + log[-3000:]
+    t_train = time.monotonic() - t0 - t_baseline - t_screen
+    with capsys.disabled():
+        print(f"\nbaseline eval {t_baseline:.0f}s, screening {t_screen:.0f}s, train+eval+publish {t_train:.0f}s")
+
+    run_dir = bucket / "checkpoints" / RUN
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == 2
+    # The periodic evaluation: at step 2 only, in status, on the bucket, on the dashboard.
+    assert sorted(p.name for p in (run_dir / "evals").iterdir()) == ["step-2.json", "step-2.md"]
+    step2 = json.loads((run_dir / "evals" / "step-2.json").read_text())
+    assert step2["step"] == 2 and step2["label"] == "step 2" and step2["attempts"] == 4
+    assert status["eval"]["step"] == 2 and status["eval"]["pass_at_1"] == step2["pass_at_k"]["1"]["value"]
+    assert status["eval_baseline"]["label"] == "base tiny"
+    assert "eval: step 2 pass@1" in log
+    events = list((bucket / "dashboards" / "tensorboard" / RUN).glob("events.out.tfevents.*"))
+    assert events and any(b"eval/pass@1" in e.read_bytes() for e in events)
+    # Trained on the screened task only.
+    assert f"trainer: 1 training task(s) of 2 served (SCREENED_TASKS={bucket}/screening/screened-tasks.json)" in log
+
+    # The Hub: the final model with its card, pushed by the real client to the stand-in.
+    assert status["hub"]["state"] == "pushed" and status["hub"]["pushed"] == ["final"], status["hub"]
+    repo = stack["work"] / "hub" / "me" / "tiny-harbor"
+    files = sorted(p.name for p in repo.iterdir())
+    assert {"README.md", "config.json", "model.safetensors"} <= set(files), files
+    assert not {"optimizer.pt", "scheduler.pt", "training_args.bin"} & set(files)
+    card = (repo / "README.md").read_text()
+    assert card.startswith("---\nbase_model: ") and f"Run `{RUN}`, step 2." in card
+    assert "| base tiny | local (trained on) | 2 | 4 / 4 |" in card and "| step 2 | local (trained on) | 2 |" in card
+    assert "## Training reward" in card and "| trl | 1.16.0 |" in card and TOKEN not in card
+    assert stack["hub"].created[-1] == {"name": "tiny-harbor", "organization": "me", "visibility": "private"}
