@@ -261,7 +261,11 @@ def main() -> int:
         for failure in failures:
             print(f"  {failure}", file=sys.stderr)
         return 1
-    s = from_env()
+    try:
+        s = from_env()
+    except ValueError as exc:
+        print(f"trainer: {exc}", file=sys.stderr)
+        return 1
     if s.train_script:
         # The override replaces this script entirely; it gets the same environment and run folder.
         import runpy
