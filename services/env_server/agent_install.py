@@ -18,6 +18,8 @@ its env wiring and step limit, and only gains an `import_path` naming the subcla
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +27,8 @@ from typing import Any
 
 from harbor.agents.installed.mini_swe_agent import MiniSweAgent
 
+# The version every test here ran (PINS.md); also what the starter tasks' images install.
+MINI_SWE_AGENT_VERSION = "2.4.6"
 VENV = "/opt/mini-swe-agent"
 # Where the agent's console script lands; Harbor's run() puts ~/.local/bin first, then PATH.
 BIN_LINK = "/usr/local/bin/mini-swe-agent"
@@ -83,13 +87,26 @@ CLASSES = {
 }
 
 
+def pin_version(environ: Any = os.environ) -> None:
+    """Install the tested mini-swe-agent, not the newest: OpenEnv 0.10.0's `build_trial_config`
+    (openenv/harbor/rollout.py) passes OPENENV_HARBOR_AGENT_VERSIONS[harness] as Harbor's
+    `InstalledAgent(version=...)`, and Harbor's online install then runs `uv tool install mini-swe-agent==<it>`."""
+    versions = json.loads(environ.get("OPENENV_HARBOR_AGENT_VERSIONS") or "{}")
+    versions["mini-swe-agent"] = MINI_SWE_AGENT_VERSION
+    environ["OPENENV_HARBOR_AGENT_VERSIONS"] = json.dumps(versions)
+
+
 def apply(mode: str, wheelhouse_dir: str = WHEELHOUSE_DIR) -> str:
     """Point OpenEnv's mini-swe-agent seam at the installer for `mode`; returns a report line."""
     global WHEELHOUSE_DIR
     from openenv.harbor import seams
 
+    pin_version()
     if mode == "online":
-        return "agent     mini-swe-agent installed by Harbor in each sandbox (needs internet there)"
+        return (
+            f"agent     mini-swe-agent=={MINI_SWE_AGENT_VERSION} installed by Harbor in each sandbox "
+            "(needs internet there)"
+        )
     WHEELHOUSE_DIR = wheelhouse_dir
     seams.SEAMS["mini-swe-agent"] = replace(seams.SEAMS["mini-swe-agent"], import_path=CLASSES[mode])
     where = "from the task image" if mode == "preinstalled" else f"from {wheelhouse_dir}"

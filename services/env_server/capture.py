@@ -1,6 +1,6 @@
 """OpenEnv's HarborService, with the capture proxy on an address we bind and a URL the hand-off verified.
 
-Two changes to OpenEnv 0.10.0's service, everything else (the capture app, the session registry, the
+Changes to OpenEnv 0.10.0's service, everything else (the capture app, the session registry, the
 admin key, the upstream pool) is OpenEnv's own:
 
 1. Binding. `CaptureServer.start()` binds the proxy to 0.0.0.0 unconditionally; on the host network
@@ -9,6 +9,9 @@ admin key, the upstream pool) is OpenEnv's own:
 2. The advertised URL. OpenEnv's forwarders (gradio/cloudflare/direct) decide the public URL once, at
    boot. Here `public_url` is read from the tunnel hand-off each time a rollout starts, so a new
    quick-tunnel URL reaches the next sandbox without a restart, and no URL means no rollout.
+3. The public surface. The app is served behind `front.PublicFront` (route allow-list, key before body,
+   body cap, concurrency ceiling, a health document that shows only the instance), and its engine
+   clients learn no parameter fixes from live traffic (`frozen_fixes.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from openenv.harbor.serving import HarborService
 
 import handoff
 
+from . import frozen_fixes
 from .checks import engine_reachable
+from .front import PublicFront
 
 # The URL a rollout was admitted with. OpenEnv reads `service.public_url` again when it builds the
 # trial; pinning it per rollout means a URL withdrawn in between cannot turn into an empty one.
@@ -56,7 +61,17 @@ def _probe_host(host: str) -> str:
 
 
 class LoopbackHarborService(HarborService):
-    def __init__(self, *, capture_host: str, handoff_dir: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        capture_host: str,
+        handoff_dir: str,
+        max_body_bytes: int = 8 * 1024 * 1024,
+        max_concurrent: int = 64,
+        **kwargs: Any,
+    ) -> None:
+        # Before OpenEnv's service creates the capture app: the app builds its engine clients then.
+        frozen_fixes.freeze()
         # `expose` is unused: no OpenEnv forwarder runs; the tunnel service publishes the port.
         super().__init__(expose="direct", **kwargs)
         self.capture_host = capture_host
@@ -64,6 +79,15 @@ class LoopbackHarborService(HarborService):
         app = self.capture.app
         app.state.upstreams = ReprobingUpstreamPool(
             default_client=app.state.inference, default_level=app.state.capture_level
+        )
+        registry = app.state.registry
+        self.front = PublicFront(
+            app,
+            instance_id=app.state.instance_id,
+            is_session=lambda key: registry.get(key) is not None,
+            admin_key=self.admin_key,
+            max_body_bytes=max_body_bytes,
+            max_concurrent=max_concurrent,
         )
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -105,7 +129,7 @@ class LoopbackHarborService(HarborService):
                     f"capture proxy cannot bind {self.capture_host}:{self.port} ({exc.strerror}): stop "
                     "whatever holds that port, or change CAPTURE_PORT / CAPTURE_HOST in .env"
                 ) from None
-        config = uvicorn.Config(self.capture.app, host=self.capture_host, port=self.port, log_level="warning")
+        config = uvicorn.Config(self.front, host=self.capture_host, port=self.port, log_level="warning")
         self._server = uvicorn.Server(config)
         # Off the main thread uvicorn installs no signal handlers: the Task API server owns SIGTERM
         # and stops this one after the in-flight sandboxes are closed.

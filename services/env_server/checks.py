@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from .settings import DEFAULT_DATASET, ConfigError, Settings
+from .settings import DEFAULT_DATASET, REMOTE_TASKS_OK_PHRASE, ConfigError, Settings
 
 # --- datasets -------------------------------------------------------------------------------------
 
@@ -56,6 +56,39 @@ def check_datasets(specs: tuple[str, ...]) -> list[DatasetStatus]:
             ) from None
         found.append(DatasetStatus(spec, len(dirs)))
     return found
+
+
+def check_dataset_sources(settings: Settings) -> None:
+    """SANDBOX=docker takes local dataset folders only, unless the operator said otherwise in so many words.
+
+    A local docker sandbox is built from the task's own Dockerfile and docker-compose.yaml on this host's
+    daemon, through a socket that is root on the host (a compose file can bind-mount `/`). A task from
+    the Hub or a registry is code from a stranger; E2B sandboxes run it on E2B's machines instead.
+    """
+    if settings.sandbox != "docker" or settings.remote_tasks_ok:
+        return
+    remote = [spec for spec in settings.datasets if not _looks_like_path(spec)]
+    if remote:
+        raise ConfigError(
+            f"SANDBOX=docker builds each task's Dockerfile and compose file on this host's Docker daemon, so it "
+            f"takes local dataset folders only, and DATASETS entry {remote[0]!r} is not one: download it, read "
+            "it, and point DATASETS at the folder; or set SANDBOX_DOCKER_REMOTE_TASKS_OK="
+            f"{REMOTE_TASKS_OK_PHRASE}"
+        )
+
+
+def drop_unneeded_hf_token(specs: tuple[str, ...], environ: Any) -> str:
+    """HF_TOKEN stays in env-server only while a dataset comes from the Hub; returns the report line.
+
+    The datasets are resolved (downloaded) at startup; with every one a local folder nothing here uses
+    the token, and a variable that is not in this process cannot reach a task or a log.
+    """
+    if not environ.get("HF_TOKEN"):
+        return "hf token  not set"
+    if any(not _looks_like_path(spec) for spec in specs):
+        return "hf token  kept: a dataset comes from the Hub or a registry"
+    environ.pop("HF_TOKEN", None)
+    return "hf token  dropped from env-server's environment: every dataset is a local folder"
 
 
 # --- sandbox backend ------------------------------------------------------------------------------

@@ -64,6 +64,10 @@ def build_app(service: Any, settings: Settings, llm: dict[str, Any]) -> Any:
             "labels": inflight.labels(),
             "draining": inflight.draining,
             "advertised_url": verified.url if verified else None,
+            "public_front": {
+                "refused": dict(service.front.refused),
+                "fields_dropped": dict(service.front.fields_dropped),
+            },
         }
 
     return app
@@ -128,19 +132,22 @@ def main() -> None:
 
     lines: list[str] = []
     try:
+        checks.check_dataset_sources(settings)
         datasets = checks.check_datasets(settings.datasets)
         sandbox = checks.check_sandbox(settings)
     except ConfigError as exc:
         fail(str(exc))
     for d in datasets:
         lines.append(f"dataset   {d.spec}: {d.num_tasks} tasks")
+    lines.append(checks.drop_unneeded_hf_token(settings.datasets, os.environ))
     lines.append(f"sandbox   {settings.sandbox}")
     lines += sandbox.lines
 
     # Harbor is imported from here on (it is slow to import, and not needed to fail fast above).
-    from . import agent_install
+    from . import agent_install, task_env
 
     lines.append(agent_install.apply(settings.agent_install, settings.wheelhouse_dir))
+    lines.append(task_env.install(settings.task_env_allow))
     os.environ["OPENENV_HARBOR_TRIALS_DIR"] = settings.trials_dir
 
     engine = checks.probe_engine(settings.engine_url, settings.model)
@@ -164,6 +171,8 @@ def main() -> None:
         # Tokens only when the engine was measured at it; rollouts re-probe their engine anyway.
         capture_level=engine.capture_level or "text",
         max_output_tokens=settings.max_output_tokens or None,
+        max_body_bytes=settings.capture_max_body_mb * 1024 * 1024,
+        max_concurrent=settings.capture_max_concurrent,
     )
     try:
         where = service.start()
@@ -172,6 +181,11 @@ def main() -> None:
     HarborService.set_current(service)
     key = "from OPENENV_CAPTURE_ADMIN_KEY" if settings.admin_key_set else "random per process (routes locked)"
     lines.append(f"capture   proxy {where} instance={service.instance_id}; admin key {key}")
+    lines.append(
+        "          public: GET /health (instance only), POST /v1/chat/completions (live session key); "
+        f"bodies <= {settings.capture_max_body_mb} MB (CAPTURE_MAX_BODY_MB), {settings.capture_max_concurrent} "
+        "model calls at once (CAPTURE_MAX_CONCURRENT); engine parameter fixes frozen"
+    )
     if settings.capture_host not in ("127.0.0.1", "localhost", "::1"):
         lines.append(
             f"          CAPTURE_HOST={settings.capture_host}: the proxy is reachable beyond loopback on purpose"

@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 SANDBOXES = ("e2b", "docker")
 AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")
 DEFAULT_DATASET = "/app/datasets/starter"
+# Addresses that mean "every interface": the capture proxy is the one public surface and must be bound
+# to one interface on purpose (loopback behind a tunnel, or the address the sandboxes route to).
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*", "")
+# Local docker sandboxes run a task's Dockerfile and compose file on this host's daemon (the mounted
+# socket is root on the host): only tasks from a local folder the operator put there, unless this phrase.
+REMOTE_TASKS_OK_PHRASE = "i-trust-these-tasks-with-this-host"
 
 
 class ConfigError(Exception):
@@ -42,6 +48,13 @@ class Settings:
     handoff_dir: str = "/handoff"
     # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL.
     shutdown_grace_s: float = 75.0
+    # The public front (front.py). A full 32k-token context is ~150 KB of JSON; 8 MB is generous.
+    capture_max_body_mb: int = 8
+    capture_max_concurrent: int = 64
+    # Host variables a task's task.toml `${VAR}` may read (task_env.py); empty: none.
+    task_env_allow: tuple[str, ...] = ()
+    direct_url: str = ""
+    remote_tasks_ok: bool = False
     # Lines the operator should see (a value we changed and why); printed in the startup report.
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -93,6 +106,28 @@ class Settings:
             )
             max_envs = max_inflight
 
+        capture_host = (env.get("CAPTURE_HOST") or "127.0.0.1").strip()
+        if capture_host in WILDCARD_HOSTS:
+            raise ConfigError(
+                f"CAPTURE_HOST={capture_host!r} would publish the capture proxy on every interface: set it to "
+                "127.0.0.1 (behind a tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)"
+            )
+        tunnel_provider = text("TUNNEL_PROVIDER", "cloudflared").lower()
+        direct_url = text("DIRECT_URL", "")
+        if tunnel_provider == "direct" and sandbox == "e2b" and direct_url.lower().startswith("http://"):
+            raise ConfigError(
+                f"DIRECT_URL={direct_url} is plain http but SANDBOX=e2b sandboxes reach it across the internet, "
+                "where each sandbox's session key would travel in clear text: put TLS in front of the capture "
+                "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
+            )
+        task_env_allow = tuple(v.strip() for v in text("TASK_ENV_ALLOW", "").split(",") if v.strip())
+        remote_ok = text("SANDBOX_DOCKER_REMOTE_TASKS_OK", "")
+        if remote_ok and remote_ok != REMOTE_TASKS_OK_PHRASE:
+            raise ConfigError(
+                f"SANDBOX_DOCKER_REMOTE_TASKS_OK={remote_ok!r} is not the opt-out phrase: set it to exactly "
+                f"{REMOTE_TASKS_OK_PHRASE}, or leave it empty"
+            )
+
         grace_raw = text("SHUTDOWN_GRACE_S", "75")
         try:
             grace = float(grace_raw)
@@ -102,7 +137,7 @@ class Settings:
         return cls(
             env_server_host=text("ENV_SERVER_HOST", "127.0.0.1"),
             env_server_port=integer("ENV_SERVER_PORT", 8000, minimum=1),
-            capture_host=text("CAPTURE_HOST", "127.0.0.1"),
+            capture_host=capture_host,
             capture_port=integer("CAPTURE_PORT", 8100, minimum=1),
             engine_url=text("ENGINE_URL", "http://127.0.0.1:8001/v1").rstrip("/"),
             model=text("MODEL", ""),
@@ -113,11 +148,16 @@ class Settings:
             max_output_tokens=integer("MAX_OUTPUT_TOKENS", 4096, minimum=0),
             max_concurrent_envs=max_envs,
             max_inflight_rollouts=max_inflight,
-            tunnel_provider=text("TUNNEL_PROVIDER", "cloudflared"),
+            tunnel_provider=tunnel_provider,
             agent_install=agent_install,
             wheelhouse_dir=text("WHEELHOUSE_DIR", "/wheelhouse"),
             trials_dir=text("TRIALS_DIR", "/var/lib/asyncgrpo-harbor/trials"),
             handoff_dir=text("HANDOFF_DIR", "/handoff"),
             shutdown_grace_s=grace,
+            capture_max_body_mb=integer("CAPTURE_MAX_BODY_MB", 8, minimum=1),
+            capture_max_concurrent=integer("CAPTURE_MAX_CONCURRENT", 64, minimum=1),
+            task_env_allow=task_env_allow,
+            direct_url=direct_url,
+            remote_tasks_ok=bool(remote_ok),
             notes=tuple(notes),
         )

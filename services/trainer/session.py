@@ -8,6 +8,11 @@ Failure semantics, which are what keep a run honest:
 
 - sandbox/verifier failure (no reward at all) -> `RolloutFailed` from `wait_for_completion`; TRL scores
   the rollout unscorable (`None`), drops it from its group's baseline, trains none of its tokens;
+- a capture with a FATAL finding (OpenEnv's `to_training_trace` refuses it, e.g. `sampling_policy_changed`
+  after code in the sandbox sent a crafted request) -> `UnscorableCapture` (a `RolloutFailed`) from
+  `wait_for_completion`: the same unscorable `None`, counted in `harbor/unscorable_frac` and logged with
+  the finding. It is one rollout's fault, so it must not reach `fetch_training_trace`, where TRL turns
+  any ValueError into `CaptureContractError` and stops the whole run;
 - agent timeout with a graded result -> `TimeoutError`; TRL flags `timed_out` and trains what was captured;
 - a capture that breaks the token contract (no prompt_token_ids, an eval-grade engine) -> `ValueError`
   from `fetch_training_trace`, which TRL turns into `CaptureContractError` and STOPS the run at the first
@@ -36,6 +41,15 @@ ZERO_FILL_MIN_TOKENS = 4
 
 class RolloutFailed(RuntimeError):
     """The sandbox, agent or verifier failed: unscorable, not zero."""
+
+
+class UnscorableCapture(RolloutFailed):
+    """The capture carries a FATAL validation finding: this rollout cannot be trained, the run goes on."""
+
+
+def fatal_findings(result: HarborRolloutResult) -> list[str]:
+    """The findings that make OpenEnv 0.10.0's `to_training_trace` raise (it tests for "[FATAL")."""
+    return [f for f in result.findings if "[FATAL" in f]
 
 
 def check_capture(result: HarborRolloutResult) -> None:
@@ -93,6 +107,9 @@ class HarborRolloutSession(ResourceSession):
         self.result: HarborRolloutResult | None = None
         self.masked_zero_filled = 0
 
+    # Rollouts dropped for a FATAL capture finding in this process (TRL runs sessions in one worker process).
+    fatal_dropped = 0
+
     # --- loop-owning contract -------------------------------------------------------------------
     def wait_for_completion(self, timeout_s: float | None = None) -> int:
         if self.result is None:
@@ -102,6 +119,14 @@ class HarborRolloutSession(ResourceSession):
             raise RolloutFailed(
                 f"unscorable rollout {result.trial_name or '?'} ({result.task_name}): "
                 f"{result.exception_type or 'no reward'}: {(result.error or '').strip()[:300]}"
+            )
+        fatal = fatal_findings(result)
+        if fatal:
+            HarborRolloutSession.fatal_dropped += 1
+            raise UnscorableCapture(
+                f"unscorable rollout {result.trial_name or '?'} ({result.task_name}): its capture has "
+                f"{len(fatal)} FATAL finding(s), first: {fatal[0][:200]}; dropped "
+                f"(#{HarborRolloutSession.fatal_dropped} in this worker), the run goes on"
             )
         if result.exception_type and "timeout" in result.exception_type.lower():
             raise TimeoutError(f"agent timed out on {result.task_name}: {result.error}")

@@ -1,0 +1,28 @@
+"""env-server's capture proxy exactly as it serves it, alone in a process whose RSS the test measures:
+OpenEnv's capture app (built by OpenEnv's HarborService) behind our bind, front layer and frozen fixes.
+
+    python serve_front.py ENGINE_URL CAPTURE_PORT HANDOFF_DIR MAX_BODY_MB MAX_CONCURRENT
+"""
+
+import sys
+import time
+
+from env_server.capture import LoopbackHarborService
+
+if __name__ == "__main__":
+    engine_url, port, handoff_dir, body_mb, concurrent = sys.argv[1:6]
+    service = LoopbackHarborService(
+        capture_host="127.0.0.1",
+        handoff_dir=handoff_dir,
+        llm_url=engine_url,
+        model="m",
+        datasets=[],
+        capture_port=int(port),
+        capture_level="tokens",
+        max_output_tokens=256,
+        max_body_bytes=int(body_mb) * 1024 * 1024,
+        max_concurrent=int(concurrent),
+    )
+    print("serving", service.start(), "instance", service.instance_id, flush=True)
+    while True:
+        time.sleep(3600)

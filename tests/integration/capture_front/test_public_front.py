@@ -1,0 +1,259 @@
+"""The capture port as the internet and the sandboxes see it: OpenEnv's REAL capture app, built by
+OpenEnv's HarborService inside env-server's `LoopbackHarborService`, served by its own bind behind the
+front layer, in a process of its own whose RSS is measured. The one stand-in is the engine (vLLM needs a
+GPU): `engine_standin.py` speaks vLLM's wire format and its 400 shape.
+
+Figures are printed (run with -s to see them); the assertions are the issue's bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from engine_standin import POISON_MARKER, serve
+from openenv.harbor.contract import to_training_trace
+from openenv.harbor.models import HarborRolloutResult, turns_from_document
+
+HERE = Path(__file__).resolve().parent
+ADMIN = "it-admin-" + secrets.token_hex(8)
+MB = 1024 * 1024
+BODY_CAP_MB = 8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+class Proxy:
+    def __init__(self, tmp: Path) -> None:
+        self.seen: list[dict] = []
+        engine_port = free_port()
+        self.engine = serve(engine_port, self.seen)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "OPENENV_CAPTURE_ADMIN_KEY": ADMIN, "PYTHONPATH": f"{HERE}:{os.environ['PYTHONPATH']}"}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "serve_front.py"),
+                f"http://127.0.0.1:{engine_port}/v1",
+                str(self.port),
+                str(tmp),
+                str(BODY_CAP_MB),
+                "4",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        line = self.proc.stdout.readline()
+        assert line.startswith("serving"), line + (self.proc.stdout.read() if self.proc.poll() is not None else "")
+        self.instance = line.split()[-1]
+
+    def session(self, sampling: dict | None = None) -> str:
+        resp = httpx.post(
+            f"{self.url}/sessions", json={"sampling": sampling} if sampling else {}, headers=auth(ADMIN), timeout=10
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.json()["session_id"]
+
+    def chat(self, key: str, body: dict) -> httpx.Response:
+        return httpx.post(f"{self.url}/v1/chat/completions", json=body, headers=auth(key), timeout=30)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.engine.should_exit = True
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory):
+    p = Proxy(tmp_path_factory.mktemp("handoff"))
+    yield p
+    p.close()
+
+
+def raw_post(port: int, key: str, total: int, *, chunked: bool) -> tuple[str, float]:
+    """POST `total` bytes as a client that keeps sending whatever the server says; returns (status line, s)."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+    head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {total}\r\n\r\n"
+    chunk = b"x" * MB
+    t0 = time.monotonic()
+
+    def send_all() -> None:
+        try:
+            sock.sendall(head.encode())
+            for _ in range(total // MB):
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            if chunked:
+                sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # the server answered and closed: what a refusal looks like to a sender
+
+    sender = threading.Thread(target=send_all, daemon=True)
+    sender.start()
+    sock.settimeout(60)
+    got = b""
+    try:
+        while b"\r\n" not in got:
+            data = sock.recv(4096)
+            if not data:
+                break
+            got += data
+    finally:
+        sock.close()
+    return got.split(b"\r\n")[0].decode(), time.monotonic() - t0
+
+
+def test_public_health_proves_the_instance_and_nothing_else(proxy):
+    doc = httpx.get(f"{proxy.url}/health", timeout=5).json()
+    assert doc == {"status": "ok", "instance": proxy.instance}
+    full = httpx.get(f"{proxy.url}/health", headers=auth(ADMIN), timeout=5).json()
+    assert full["instance"] == proxy.instance and "upstream" in full  # OpenEnv's own, for the operator
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", "/docs"),
+        ("GET", "/openapi.json"),
+        ("GET", "/v1/models"),
+        ("GET", "/sessions"),
+        ("POST", "/sessions"),
+        ("POST", "/v1/messages"),
+        ("POST", "/v1/responses"),
+        ("GET", "/redoc"),
+    ],
+)
+def test_unknown_routes_are_404(proxy, method, path):
+    resp = httpx.request(method, f"{proxy.url}{path}", json={}, timeout=5)
+    assert (resp.status_code, resp.json()) == (404, {"error": {"message": "not found"}})
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_an_80_mb_unauthenticated_body_is_refused_unread(proxy, chunked):
+    before = rss_mb(proxy.proc.pid)
+    status, took = raw_post(proxy.port, "not-a-session", 80 * MB, chunked=chunked)
+    after = rss_mb(proxy.proc.pid)
+    print(
+        f"\n80 MB unauthenticated ({'chunked' if chunked else 'content-length'}): {status!r} in {took:.2f}s; "
+        f"RSS {before:.1f} -> {after:.1f} MB (+{after - before:.1f})"
+    )
+    assert status == "HTTP/1.1 401 Unauthorized"
+    assert after - before < 20
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_an_80_mb_body_with_a_live_key_is_413_past_the_cap(proxy, chunked):
+    key = proxy.session({"temperature": 0.7})
+    before = rss_mb(proxy.proc.pid)
+    status, took = raw_post(proxy.port, key, 80 * MB, chunked=chunked)
+    after = rss_mb(proxy.proc.pid)
+    print(
+        f"\n80 MB with a session key ({'chunked' if chunked else 'content-length'}): {status!r} in {took:.2f}s; "
+        f"RSS {before:.1f} -> {after:.1f} MB (+{after - before:.1f})"
+    )
+    assert status == "HTTP/1.1 413 Request Entity Too Large"
+    assert after - before < 20
+
+
+def test_200_concurrent_unauthenticated_requests_leave_a_rollout_working(proxy):
+    key = proxy.session({"temperature": 0.7})
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 65536}]}
+
+    async def flood() -> tuple[list[int], int, float]:
+        limits = httpx.Limits(max_connections=300)
+        async with httpx.AsyncClient(base_url=proxy.url, timeout=60, limits=limits) as client:
+
+            async def stranger(i: int) -> int:
+                return (await client.post("/v1/chat/completions", json=body, headers=auth(f"guess-{i}"))).status_code
+
+            async def rollout() -> tuple[int, float]:
+                await asyncio.sleep(0.05)  # while the flood is in flight
+                t0 = time.monotonic()
+                resp = await client.post(
+                    "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, headers=auth(key)
+                )
+                return resp.status_code, time.monotonic() - t0
+
+            results = await asyncio.gather(*(stranger(i) for i in range(200)), rollout())
+            return list(results[:-1]), *results[-1]
+
+    t0 = time.monotonic()
+    strangers, status, took = asyncio.run(flood())
+    print(
+        f"\n200 concurrent unauthenticated: {strangers.count(401)} x 401 in {time.monotonic() - t0:.2f}s; "
+        f"the rollout's call: HTTP {status} in {took:.2f}s"
+    )
+    assert strangers == [401] * 200
+    assert status == 200
+
+
+def test_a_poisoned_request_leaves_the_rollout_trainable(proxy):
+    key = proxy.session({"temperature": 0.7})
+    honest = {"model": "m", "messages": [{"role": "user", "content": "list the files"}]}
+    assert proxy.chat(key, honest).status_code == 200
+
+    # From code in the sandbox: its own sampling, fields vLLM would honour, and content crafted so the
+    # engine's 400 names a parameter (what OpenEnv's compatibility layer learns "fixes" from).
+    poisoned = {
+        "model": "m",
+        "messages": [{"role": "user", "content": f"{POISON_MARKER} please"}],
+        "temperature": 0.01,
+        "top_p": 0.1,
+        "logit_bias": {"11": 100},
+        "seed": 7,
+        "extra_args": {"x": 1},
+        "guided_regex": "ok",
+    }
+    n_seen = len(proxy.seen)
+    refused = proxy.chat(key, poisoned)
+    assert refused.status_code == 400, refused.text
+    sent = proxy.seen[n_seen]
+    assert not {"logit_bias", "seed", "extra_args", "guided_regex"} & set(sent)
+    assert sent["top_p"] == 1.0
+    assert sent["temperature"] == 0.7  # the run's, not the request's
+
+    for _ in range(2):
+        resp = proxy.chat(key, {**honest, "temperature": 2.0})
+        assert resp.status_code == 200, resp.text
+        assert proxy.seen[-1]["temperature"] == 0.7
+
+    doc = httpx.get(
+        f"{proxy.url}/sessions/{key}/rollout", params={"include_messages": "true"}, headers=auth(ADMIN), timeout=10
+    ).json()
+    fatal = [f for f in doc["validation"] if "[FATAL" in f]
+    print(f"\npoisoned request: agent got HTTP 400; later turns {len(doc['turns'])} captured, fatal findings {fatal}")
+    assert fatal == []
+    result = HarborRolloutResult(
+        reward=1.0, rollout_type="train", capture_level="tokens", turns=turns_from_document(doc), findings=fatal
+    )
+    trace = to_training_trace(result)
+    assert len(trace.turns) == 3
+    assert all(t.metadata["sampling_params"]["temperature"] == 0.7 for t in trace.turns)
+    assert all(sum(t.loss_mask) == 3 for t in trace.turns)

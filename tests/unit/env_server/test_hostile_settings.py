@@ -1,0 +1,93 @@
+"""Settings and startup checks that keep the public surface and the host safe: one exact line each."""
+
+from __future__ import annotations
+
+import pytest
+
+from env_server.checks import check_dataset_sources, drop_unneeded_hf_token
+from env_server.settings import ConfigError, Settings
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]"])
+def test_a_wildcard_capture_host_is_refused(host):
+    with pytest.raises(ConfigError) as exc:
+        Settings.from_env({"CAPTURE_HOST": host})
+    assert str(exc.value) == (
+        f"CAPTURE_HOST={host!r} would publish the capture proxy on every interface: set it to 127.0.0.1 "
+        "(behind a tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)"
+    )
+
+
+def test_a_specific_capture_host_is_kept():
+    assert Settings.from_env({"CAPTURE_HOST": "172.17.0.1"}).capture_host == "172.17.0.1"
+
+
+def test_plain_http_direct_url_is_refused_for_remote_sandboxes():
+    env = {"TUNNEL_PROVIDER": "direct", "SANDBOX": "e2b", "DIRECT_URL": "http://203.0.113.5:8100"}
+    with pytest.raises(ConfigError) as exc:
+        Settings.from_env(env)
+    assert str(exc.value) == (
+        "DIRECT_URL=http://203.0.113.5:8100 is plain http but SANDBOX=e2b sandboxes reach it across the "
+        "internet, where each sandbox's session key would travel in clear text: put TLS in front of the "
+        "capture port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
+    )
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"TUNNEL_PROVIDER": "direct", "SANDBOX": "e2b", "DIRECT_URL": "https://proxy.example.com"},
+        {"TUNNEL_PROVIDER": "direct", "SANDBOX": "docker", "DIRECT_URL": "http://172.17.0.1:8100"},
+    ],
+)
+def test_https_or_a_local_sandbox_may_use_direct(env):
+    assert Settings.from_env(env).direct_url == env["DIRECT_URL"]
+
+
+def test_front_defaults_and_task_env_allow_list():
+    s = Settings.from_env({"TASK_ENV_ALLOW": "TEST_DIR, MY_VAR"})
+    assert (s.capture_max_body_mb, s.capture_max_concurrent) == (8, 64)
+    assert s.task_env_allow == ("TEST_DIR", "MY_VAR")
+
+
+def test_docker_sandboxes_take_local_datasets_only():
+    s = Settings.from_env({"SANDBOX": "docker", "DATASETS": "/app/datasets/starter,org/some-tasks"})
+    with pytest.raises(ConfigError) as exc:
+        check_dataset_sources(s)
+    assert str(exc.value) == (
+        "SANDBOX=docker builds each task's Dockerfile and compose file on this host's Docker daemon, so it "
+        "takes local dataset folders only, and DATASETS entry 'org/some-tasks' is not one: download it, read "
+        "it, and point DATASETS at the folder; or set SANDBOX_DOCKER_REMOTE_TASKS_OK="
+        "i-trust-these-tasks-with-this-host"
+    )
+    ok = Settings.from_env(
+        {
+            "SANDBOX": "docker",
+            "DATASETS": "org/some-tasks",
+            "SANDBOX_DOCKER_REMOTE_TASKS_OK": "i-trust-these-tasks-with-this-host",
+        }
+    )
+    check_dataset_sources(ok)
+    check_dataset_sources(Settings.from_env({"SANDBOX": "e2b", "DATASETS": "org/some-tasks"}))
+
+
+def test_the_remote_tasks_opt_out_must_be_said_in_so_many_words():
+    with pytest.raises(ConfigError) as exc:
+        Settings.from_env({"SANDBOX_DOCKER_REMOTE_TASKS_OK": "yes"})
+    assert str(exc.value) == (
+        "SANDBOX_DOCKER_REMOTE_TASKS_OK='yes' is not the opt-out phrase: set it to exactly "
+        "i-trust-these-tasks-with-this-host, or leave it empty"
+    )
+
+
+def test_hf_token_leaves_env_server_when_no_dataset_needs_it():
+    environ = {"HF_TOKEN": "hf_secret"}
+    assert drop_unneeded_hf_token(("/app/datasets/starter",), environ) == (
+        "hf token  dropped from env-server's environment: every dataset is a local folder"
+    )
+    assert "HF_TOKEN" not in environ
+    environ = {"HF_TOKEN": "hf_secret"}
+    assert (
+        drop_unneeded_hf_token(("org/tasks",), environ) == "hf token  kept: a dataset comes from the Hub or a registry"
+    )
+    assert environ == {"HF_TOKEN": "hf_secret"}
