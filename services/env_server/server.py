@@ -148,6 +148,13 @@ def main() -> None:
 
     lines.append(agent_install.apply(settings.agent_install, settings.wheelhouse_dir))
     lines.append(task_env.install(settings.task_env_allow))
+
+    from . import sandboxes
+
+    prefix = sandboxes.trial_prefix(sandboxes.stack_name(settings.stack_name, settings.sandbox))
+    sandboxes.install_prefix(prefix)
+    lines.append(f"stack     sandboxes are named {prefix}-<task>-<id> (STACK_NAME)")
+    lines.append(sandboxes.reap(settings.sandbox, prefix))
     os.environ["OPENENV_HARBOR_TRIALS_DIR"] = settings.trials_dir
 
     engine = checks.probe_engine(settings.engine_url, settings.model)

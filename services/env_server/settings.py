@@ -55,6 +55,8 @@ class Settings:
     task_env_allow: tuple[str, ...] = ()
     direct_url: str = ""
     remote_tasks_ok: bool = False
+    # Names this stack's sandboxes (sandboxes.py); empty: the compose project (docker) or "asyncgrpo-harbor".
+    stack_name: str = ""
     # Lines the operator should see (a value we changed and why); printed in the startup report.
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -159,5 +161,6 @@ class Settings:
             task_env_allow=task_env_allow,
             direct_url=direct_url,
             remote_tasks_ok=bool(remote_ok),
+            stack_name=text("STACK_NAME", ""),
             notes=tuple(notes),
         )

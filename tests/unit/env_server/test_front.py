@@ -2,7 +2,7 @@
 
 Driven at the ASGI level with a `receive` that records every read, so "before the body" is asserted, not
 assumed. The app behind the front is a recorder standing in for OpenEnv's capture app (the real one,
-behind this same front, is exercised in tests/integration/capture_front).
+behind this same front, is exercised in tests/integration/env_server_guards).
 """
 
 from __future__ import annotations
@@ -201,7 +201,8 @@ def test_calls_beyond_the_ceiling_get_429_at_once():
 
         held = [asyncio.create_task(one()) for _ in range(2)]
         await asyncio.sleep(0.05)
-        await one()  # the third: refused while two are in flight
+        # The third, while two are in flight: refused at once (a broken ceiling would hang here).
+        await asyncio.wait_for(one(), timeout=2)
         assert results == [429]
         inner.release.set()
         await asyncio.gather(*held)

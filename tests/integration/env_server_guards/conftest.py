@@ -1,5 +1,5 @@
 """Run inside the env-server image (OpenEnv, uvicorn, this checkout's services/ on PYTHONPATH):
-tests/run-in-image env-server tests/integration/capture_front
+tests/run-in-image env-server tests/integration/env_server_guards
 """
 
 import sys
