@@ -153,6 +153,10 @@ class Stack:
             "MAX_INFLIGHT_ROLLOUTS=2",
             "-e",
             "SHUTDOWN_GRACE_S=75",
+            # Its own stack name: env-server reaps every earlier sandbox under its name at start, and
+            # the CPU stack (or another test run) on this host must not be taken for a leftover.
+            "-e",
+            f"STACK_NAME={self.prefix}",
             *extra,  # after the defaults: with `docker run -e`, the last value of a name wins
         )
 
@@ -305,6 +309,8 @@ def test_starts_healthy_without_engine_and_says_what_is_missing(stack):
     assert "tunnel    no URL verified yet" in logs
     assert "admin key from OPENENV_CAPTURE_ADMIN_KEY" in logs
     assert ADMIN_KEY not in logs
+    assert f"reaped    0 docker sandbox(es) an earlier run of stack '{stack.prefix}-' left behind" in logs
+    assert "task env  tasks may read these env-server variables through ${VAR}: none (TASK_ENV_ALLOW)" in logs
 
 
 def test_services_bind_loopback_only(stack):
@@ -341,6 +347,7 @@ def test_rollout_runs_in_a_docker_sandbox_through_the_new_url(stack):
     assert result.n_trainable_tokens > 0
 
     [trial] = stack.trial_dirs()
+    assert trial.name.startswith(f"{stack.prefix}--")  # the stack's name, so a restart can reap it
     log = (trial / "trial.log").read_text()
     assert f"api_base={second}/v1" in log and first not in log
     assert "uv tool install" not in log  # preinstalled: nothing downloaded in the sandbox
