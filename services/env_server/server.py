@@ -109,8 +109,13 @@ def make_server(app: Any, settings: Settings, service: Any, inflight: Any):
             service.stop()
             self.should_exit = True
 
+    from .client_watch import CancelOnDisconnect
+
+    def client_gone(path: str) -> None:
+        say(f"client    gone during a step on {path}: rollout cancelled, its sandbox is being closed")
+
     config = uvicorn.Config(
-        app,
+        CancelOnDisconnect(app, on_cancel=client_gone),
         host=settings.env_server_host,
         port=settings.env_server_port,
         log_level="info",

@@ -23,6 +23,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -363,6 +364,32 @@ def _models(port: int) -> bool:
 def _project_containers(trial_name: str) -> list[str]:
     out = docker("ps", "-a", "--format", '{{.Names}} {{.Label "com.docker.compose.project"}}').stdout
     return [line for line in out.splitlines() if trial_name.lower() in line.split(" ")[-1]]
+
+
+CLIENT = """
+import sys
+from openenv.harbor.client import HarborEnv
+with HarborEnv(base_url=sys.argv[1]) as env:
+    env.run_rollout(split=sys.argv[2], task_index=int(sys.argv[3]), harness="mini-swe-agent", sandbox="docker",
+                    agent_step_limit=4, agent_timeout_sec=600, sampling={"temperature": 1.0})
+"""
+
+
+def test_a_rollout_whose_trainer_is_killed_is_cancelled_and_its_sandbox_closed(stack):
+    before = set(stack.trial_dirs())
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, f"http://127.0.0.1:{stack.api_port}", SPLIT, str(TASK)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        trial = wait_until("a new trial folder", lambda: next(iter(set(stack.trial_dirs()) - before), None), 120)
+        wait_until("its sandbox container", lambda: _project_containers(trial.name), 300, every=2)
+    finally:
+        client.kill()  # SIGKILL: the trainer is gone without a word
+        client.wait()
+    wait_until("the sandbox to be closed", lambda: not _project_containers(trial.name), 120, every=2)
+    assert "client    gone during a step on /ws: rollout cancelled, its sandbox is being closed" in stack.logs()
 
 
 def test_sigterm_closes_the_inflight_sandbox(stack):
