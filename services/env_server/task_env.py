@@ -38,7 +38,22 @@ RESOLVING_MODULES = (
     "harbor.trial.trial",
 )
 # What `docker compose` itself needs from the process environment to find the daemon and its config.
-COMPOSE_PROCESS_VARS = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME")
+COMPOSE_PROCESS_VARS = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
 COMPOSE_PROCESS_PREFIXES = ("DOCKER_", "COMPOSE_", "BUILDKIT_")
 
 
