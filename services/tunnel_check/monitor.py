@@ -28,6 +28,11 @@ from .settings import Settings
 
 log = logging.getLogger("tunnel_check")
 
+# A check that raised instead of returning a verdict. Counted like any failed check (so a URL that can no
+# longer be checked is still withdrawn within the bound), never the end of the loop: the loop ending
+# leaves the env server refusing every rollout with nothing to bring the check back.
+CHECK_CRASHED = "check crashed"
+
 # Local calls (proxy /health on loopback, cloudflared metrics) get at most this much of a check's
 # timeout each, so the request through the tunnel always keeps most of it.
 LOCAL_TIMEOUT_S = 2.0
@@ -130,13 +135,34 @@ class Monitor:
         return max(0.0, started + backoff - time.monotonic())
 
     # -- the loop ---------------------------------------------------------------------------------
+    def step(self) -> None:
+        """One iteration that cannot end the loop: whatever a check or its bookkeeping raises becomes a
+        failed check, logged with its cause (the traceback's last frame names the line that raised)."""
+        try:
+            verdict = self.check()
+        except Exception as exc:  # noqa: BLE001 -- one bad iteration must never stop the re-checks
+            where = _where(exc)
+            log.error("%s: %s: %s (at %s); the loop goes on", CHECK_CRASHED, type(exc).__name__, exc, where)
+            url = self.published.url if self.published is not None else self.attempt_url
+            verdict = probe.fail(CHECK_CRASHED, f"{type(exc).__name__}: {exc} (at {where})", url)
+        try:
+            self.apply(verdict)
+        except Exception as exc:  # noqa: BLE001 -- e.g. the hand-off volume briefly unwritable
+            log.error(
+                "%s while recording a verdict: %s: %s (at %s); the loop goes on",
+                CHECK_CRASHED,
+                type(exc).__name__,
+                exc,
+                _where(exc),
+            )
+
     def run(self) -> None:
         log.info("tunnel-check: %s", self.s.describe())
         handoff.withdraw("tunnel-check started: no URL verified yet in this run", self.s.handoff_dir)
         try:
             while not self.stop_event.is_set():
                 started = time.monotonic()
-                self.apply(self.check())
+                self.step()
                 self.stop_event.wait(self.delay_after(started))
         finally:
             self.discovery.close()
@@ -146,3 +172,12 @@ class Monitor:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+
+def _where(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "?"
+    return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}"

@@ -15,8 +15,11 @@ monitor loop and the healthcheck cannot disagree:
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 PROVIDERS = ("cloudflared", "gradio", "direct")
 
@@ -54,6 +57,40 @@ def _port(env, name: str, default: int | None) -> int | None:
     if not raw.isdigit() or not 0 < int(raw) < 65536:
         raise ConfigError(f"{name}={raw!r} is not a TCP port (1-65535)")
     return int(raw)
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def _hostname_problem(host: str) -> str | None:
+    """Why `host` cannot be a DNS name or address (None when it can). Checked at start: the same value
+    would otherwise raise inside every check of the loop (httpx.InvalidURL), forever."""
+    if not host:
+        return "it has no host"
+    if ":" in host.strip("[]"):
+        try:
+            ipaddress.IPv6Address(host.strip("[]"))
+            return None
+        except ValueError:
+            return f"{host!r} is not an IPv6 address"
+    labels = host.rstrip(".").split(".")
+    bad = [label for label in labels if not _HOST_LABEL.match(label)]
+    return f"{bad[0]!r} is not a valid hostname label" if bad else None
+
+
+def _check_url(name: str, url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError on a port that is not 1-65535
+    except ValueError as exc:
+        raise ConfigError(f"{name}={url!r} is not a usable URL ({exc}): e.g. http://172.17.0.1:8100") from None
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"{name}={url!r} needs an http:// or https:// scheme, e.g. http://172.17.0.1:8100")
+    why = _hostname_problem(parts.hostname or "")
+    if why or port == 0:
+        raise ConfigError(f"{name}={url!r} is not a usable URL ({why or 'port 0'}): e.g. http://172.17.0.1:8100")
+    if parts.query or parts.fragment or parts.username:
+        raise ConfigError(f"{name}={url!r} carries a query, fragment or credentials: give only scheme://host:port")
 
 
 @dataclass(frozen=True)
@@ -124,6 +161,8 @@ def load(env: dict | None = None) -> Settings:
             "a named tunnel is always served as https://<hostname>"
         )
     hostname = hostname.rstrip("/")
+    if hostname and (why := _hostname_problem(hostname.split(":")[0])):
+        raise ConfigError(f"TUNNEL_HOSTNAME={hostname!r} is not a hostname ({why}): e.g. capture.example.com")
     # Compose passes TUNNEL_NAMED=${TUNNEL_TOKEN:+1} so this service can tell a named tunnel is
     # configured without ever holding the token.
     named_flag = env.get("TUNNEL_NAMED")
@@ -148,6 +187,7 @@ def load(env: dict | None = None) -> Settings:
             )
         if not direct_url.startswith(("http://", "https://")):
             raise ConfigError(f"DIRECT_URL={direct_url!r} needs a scheme, e.g. http://{direct_url}")
+        _check_url("DIRECT_URL", direct_url)
     metrics_port = _port(env, "TUNNEL_METRICS_PORT", None)
     tunnel_log = env.get("TUNNEL_LOG", "").strip()
     if provider == "cloudflared" and not hostname and metrics_port is None and not tunnel_log:
@@ -164,16 +204,25 @@ def load(env: dict | None = None) -> Settings:
             "checks run on a fixed schedule and one must end before the next starts, or the "
             "withdraw bound no longer holds"
         )
+    capture_host = env.get("CAPTURE_HOST", "") or "127.0.0.1"
+    _check_url("CAPTURE_HOST", f"http://{capture_host}:{capture_port}")
+    gradio_server = env.get("GRADIO_SHARE_SERVER", "").strip()
+    if gradio_server:
+        host, _, port = gradio_server.rpartition(":")
+        if not port.isdigit() or not 0 < int(port) < 65536 or _hostname_problem(host):
+            raise ConfigError(
+                f"GRADIO_SHARE_SERVER={gradio_server!r} is not host:port (your frps), e.g. frps.example.com:7000"
+            )
     return Settings(
         provider=provider,
-        capture_host=env.get("CAPTURE_HOST", "") or "127.0.0.1",
+        capture_host=capture_host,
         capture_port=capture_port,
         metrics_host=env.get("TUNNEL_METRICS_HOST", "") or "127.0.0.1",
         metrics_port=metrics_port,
         tunnel_log=tunnel_log,
         tunnel_hostname=hostname,
         direct_url=direct_url,
-        gradio_share_server=env.get("GRADIO_SHARE_SERVER", "").strip(),
+        gradio_share_server=gradio_server,
         interval_s=interval,
         failures_to_withdraw=failures,
         timeout_s=timeout,

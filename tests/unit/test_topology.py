@@ -212,3 +212,13 @@ def test_eval_datasets_are_served_and_hub_endpoint_is_never_empty(production):
     assert "EVAL_DATASETS" in env_server and "EVAL_DATASETS" in trainer
     # huggingface_hub takes HF_ENDPOINT="" as the Hub's address: compose must never pass it empty.
     assert trainer["HF_ENDPOINT"] == "https://huggingface.co"
+
+
+def test_stateless_services_restart_and_stateful_ones_do_not(config):
+    services = config["services"]
+    # The tunnel, its check and the env server hold nothing a restart loses; a restarted engine would
+    # have left the trainer's weight-transfer group, a restarted trainer with a fresh name starts another run.
+    for name in ("tunnel", "tunnel-check", "env-server"):
+        assert services[name]["restart"] == "unless-stopped", name
+    for name in ("engine", "trainer", "preflight"):
+        assert services[name]["restart"] == "no", name
