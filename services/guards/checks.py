@@ -6,6 +6,7 @@ socket path) as arguments, so every check can be triggered by a test without a G
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,13 +16,12 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from . import mountinfo
+from . import disk, mountinfo, ports
 from .train_script import TrainScriptError, resolve
 
 OPT_OUT_PHRASE = "i-accept-losing-checkpoints"
-DEFAULT_STEP_LIMIT = 12
+DEFAULT_STEP_LIMIT = 12  # model calls per rollout; the trainer's reader enforces >= 1
 TUNNEL_PROVIDERS = ("cloudflared", "gradio", "direct")
 PORT_VARS = {"ENGINE_PORT": 8001, "ENV_SERVER_PORT": 8000, "CAPTURE_PORT": 8100, "TUNNEL_METRICS_PORT": 20241}
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -43,6 +43,11 @@ class Probes:
     mountinfo_path: str = "/proc/self/mountinfo"
     docker_socket: str = "/var/run/docker.sock"
     gpu_count: Callable[[], tuple[int, str]] | None = None
+    visible_gpus: Callable[[], tuple[int, str]] | None = None
+    rename: Callable[[str, str], None] | None = None
+    model_size: Callable | None = None  # (model, hf_home) -> disk.ModelSize | None
+    free_bytes: Callable[[str], int] | None = None
+    port_owner: Callable | None = None  # (env) -> ports.Owners
     extra: dict = field(default_factory=dict)
 
 
@@ -120,14 +125,31 @@ def check_bucket_writable(env, probes):
     if not os.path.isdir(bucket):
         return f"bucket {bucket} does not exist in the container: bind the host's BUCKET_PATH to {bucket}"
     try:
-        with tempfile.NamedTemporaryFile(dir=bucket, prefix=".preflight-", delete=True) as fh:
+        fd, tmp = tempfile.mkstemp(dir=bucket, prefix=".preflight-")
+        with os.fdopen(fd, "wb") as fh:
             fh.write(b"ok")
-            fh.flush()
     except OSError as exc:
         return (
             f"bucket {bucket} is not writable ({exc.strerror}): give the container's user write access on the host "
             f"(chown/chmod BUCKET_PATH) and mount it read-write"
         )
+    # status.json, the hand-off and every checkpoint's files are written by rename (atomic: a reader never
+    # sees half a file). Object-store FUSE mounts (mountpoint-s3, some gcsfuse modes) cannot rename: on
+    # main before this the first status write failed there, after the engine had loaded.
+    renamed = tmp + ".renamed"
+    try:
+        (probes.rename or os.replace)(tmp, renamed)
+    except OSError as exc:
+        return (
+            f"bucket {bucket} cannot rename files ({exc.strerror or exc}): status.json and checkpoints are written "
+            "by rename, so the run would fail at its first write. Mount the bucket with a filesystem that renames "
+            "(a disk, NFS, gcsfuse with rename support), or stage it: BUCKET_PATH on a local disk synced to the "
+            "object store"
+        )
+    finally:
+        for leftover in (tmp, renamed):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
     return None
 
 
@@ -177,6 +199,7 @@ def check_sandbox(env, probes):
 def check_ports(env, probes):
     problems = []
     seen: dict[int, str] = {}
+    owners = None  # asked of Docker only when a port is held
     for name, default in PORT_VARS.items():
         try:
             port = _int(env, name, default)
@@ -190,18 +213,34 @@ def check_ports(env, probes):
             problems.append(f"{name} and {seen[port]} are both {port}: give each service its own port")
             continue
         seen[port] = name
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                # The services bind with SO_REUSEADDR, so a port held only by TIME_WAIT leftovers of a
-                # stack just stopped is free for them: without it preflight refused a prompt `up` after `down`.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                problems.append(
-                    f"port {port} ({name}) is already in use on this host: stop what holds it "
-                    f"(`ss -ltnp 'sport = :{port}'`) or set {name} to a free port"
-                )
+        if _port_free(port):
+            continue
+        if owners is None:
+            owners = (probes.port_owner or (lambda: ports.stack_owners(probes.docker_socket, probes.mountinfo_path)))()
+        service = ports.PORT_SERVICES[name]
+        if owners.project and service in owners.running:
+            # This stack's own running service: `docker compose up -d <another service>` re-runs preflight
+            # while the rest of the stack is up, and must not be refused for it.
+            print(f"preflight: port {port} ({name}) is held by this stack's running {service} ({owners.project})")
+            continue
+        unknown = f" (preflight cannot tell this stack's services from others: {owners.why})" if owners.why else ""
+        problems.append(
+            f"port {port} ({name}) is already in use on this host by something other than this stack's {service}"
+            f"{unknown}: stop what holds it (`ss -ltnp 'sport = :{port}'`) or set {name} to a free port"
+        )
     return "; ".join(problems) or None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            # The services bind with SO_REUSEADDR, so a port held only by TIME_WAIT leftovers of a
+            # stack just stopped is free for them: without it preflight refused a prompt `up` after `down`.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def check_named(env, probes):
@@ -215,19 +254,34 @@ def check_named(env, probes):
 
 
 def check_disk(env, probes):
+    """Free space for the model cache and the checkpoints this run keeps (guards/disk.py says how it is
+    sized); MIN_FREE_DISK_GB, when set, is a floor under that figure."""
     try:
-        need = _int(env, "MIN_FREE_DISK_GB", 40)
+        floor_gb = _int(env, "MIN_FREE_DISK_GB", 0)
     except ValueError as exc:
         return str(exc)
+    from trainer.config import read
+
+    settings, _problems = read(env)  # bad values read as their defaults; trainer-settings reports them
     where = env.get("HF_HOME") or env.get("BUCKET_DIR") or "/bucket"
-    path = Path(where)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    free_gb = shutil.disk_usage(path).free / 1e9
-    if free_gb < need:
+    size = (probes.model_size or disk.model_size)(settings.model, env.get("HF_HOME") or "")
+    if size is None:
+        need, why = (
+            floor_gb * 10**9,
+            (
+                f"MIN_FREE_DISK_GB={floor_gb} (the size of {settings.model} is unknown here: not a local folder, "
+                "not in HF_HOME, and the Hub did not answer)"
+            ),
+        )
+    else:
+        need, why = disk.needed_bytes(size, settings.dtype, settings.save_total_limit)
+        if floor_gb * 10**9 > need:
+            need, why = floor_gb * 10**9, f"MIN_FREE_DISK_GB={floor_gb} (above the {need / 1e9:.1f} GB of {why})"
+    free = (probes.free_bytes or disk.free_bytes_at)(where)
+    if free < need:
         return (
-            f"{free_gb:.1f} GB free at {where}, need MIN_FREE_DISK_GB={need} for the model cache and checkpoints: "
-            "free space on the bucket or lower MIN_FREE_DISK_GB for a small model"
+            f"{free / 1e9:.1f} GB free at {where}, need {need / 1e9:.1f} GB: {why}. Free space on the bucket, "
+            "lower SAVE_TOTAL_LIMIT, or use a smaller model"
         )
     return None
 
@@ -255,20 +309,39 @@ def check_train_script(env, probes):
     return None
 
 
-def check_step_limit(env, probes):
-    raw = env.get("AGENT_STEP_LIMIT")
-    if raw is None or not raw.strip():
-        return None  # unset means the stated default (12), never unlimited
+def check_trainer_settings(env, probes):
+    """Every trainer setting, one line each, from the trainer's own reader (trainer/config.py)."""
+    from trainer.config import read
+
+    return read(env)[1] or None
+
+
+def check_trainer_gpus(env, probes):
+    """One visible GPU per trainer process, unless a distributed launcher started it.
+
+    With two GPUs visible the Hugging Face Trainer wraps the model in DataParallel and TRL's packed
+    batch of one fails the first step with "batch size must be positive" (reproduced on a 2-GPU machine).
+    """
+    if env.get("WORLD_SIZE") or env.get("LOCAL_RANK"):
+        return None
+    found, how = (probes.visible_gpus or visible_gpus)()
+    if found <= 1:
+        return None
+    return (
+        f"the trainer sees {found} GPUs ({how}; CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '')!r}) "
+        "but was not started by a distributed launcher (no WORLD_SIZE/LOCAL_RANK): give it one GPU "
+        "(TRAINER_GPUS=1, one device id), or launch it with accelerate launch/torchrun through TRAIN_SCRIPT"
+    )
+
+
+def visible_gpus() -> tuple[int, str]:
+    """GPUs this process can use: torch honours CUDA_VISIBLE_DEVICES, nvidia-smi does not."""
     try:
-        limit = int(raw)
-    except ValueError:
-        return f"AGENT_STEP_LIMIT={raw!r} is not an integer: set a positive number of model calls (default {DEFAULT_STEP_LIMIT})"
-    if limit <= 0:
-        return (
-            f"AGENT_STEP_LIMIT={limit} would leave rollouts unbounded (packed length grows with the square of the "
-            f"turns; 58-turn rollouts ran an 80 GiB card out of memory): set a positive limit (default {DEFAULT_STEP_LIMIT})"
-        )
-    return None
+        import torch
+
+        return torch.cuda.device_count(), "torch.cuda.device_count()"
+    except Exception:  # noqa: BLE001 -- no torch (host venv) or no driver: no GPU to misuse
+        return 0, "no torch"
 
 
 def check_run_name(env, probes):
@@ -292,8 +365,7 @@ def check_weight_transfer(env, probes):
             spec = None
         if spec is None:
             return "WEIGHT_TRANSFER=mock needs mock_engine.weight_client (the CPU trainer image is built FROM the mock-engine image); on GPU use WEIGHT_TRANSFER=nccl"
-    else:
-        return f"WEIGHT_TRANSFER={mode!r} is unknown: use nccl (vLLM on GPU) or mock (the CPU form)"
+    # Any other value is reported by trainer-settings (one definition of the allowed values).
     return None
 
 
@@ -310,14 +382,17 @@ CHECKS: dict[str, Callable] = {
     "named": check_named,
     "tunnel": check_tunnel,
     "train-script": check_train_script,
-    "step-limit": check_step_limit,
+    "trainer-settings": check_trainer_settings,
     "run-name": check_run_name,
     "weight-transfer": check_weight_transfer,
+    "trainer-gpus": check_trainer_gpus,
 }
 # Only preflight runs these. Once the stack is up the engine, env server and tunnel hold the ports;
 # and the sandbox credentials (E2B key, docker socket) belong to the env server, which starts the
 # sandboxes: the trainer never holds them, so it cannot and need not check them.
 PREFLIGHT_ONLY = {"ports", "sandbox"}
+# Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
+TRAINER_ONLY = {"trainer-gpus"}
 
 
 def run_all(
@@ -327,12 +402,12 @@ def run_all(
     probes = probes or Probes()
     failures = []
     for name, check in CHECKS.items():
-        if phase != "preflight" and name in PREFLIGHT_ONLY:
+        if phase != "preflight" and name in PREFLIGHT_ONLY or phase == "preflight" and name in TRAINER_ONLY:
             continue
         try:
             message = check(env, probes)
         except Exception as exc:  # a crashing check is itself a finding, and must not hide the others
             message = f"check crashed ({type(exc).__name__}: {exc}): report this; the other checks still ran"
-        if message:
-            failures.append(Failure(name, message))
+        for line in [message] if isinstance(message, str) else message or []:
+            failures.append(Failure(name, line))
     return failures

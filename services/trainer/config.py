@@ -7,6 +7,7 @@ RUN_NAME means "this run", and resumes from its latest checkpoint.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -105,6 +106,7 @@ class Settings:
     per_device_train_batch_size: int
     gradient_accumulation_steps: int
     save_steps: int
+    save_total_limit: int
     report_to: str
     weight_transfer: str
     bucket_dir: str
@@ -149,54 +151,176 @@ class Settings:
         return latest_checkpoint(self.run_dir) if self.run_name_explicit else None
 
 
-def from_env(env: Mapping[str, str] | None = None) -> Settings:
+REPORT_TO = ("trackio", "tensorboard", "none")
+WEIGHT_TRANSFERS = ("nccl", "mock")
+DTYPES = ("bfloat16", "float16", "float32")
+SANDBOXES = ("e2b", "docker")
+DEFAULT_SAVE_TOTAL_LIMIT = 2
+
+
+class SettingsError(ValueError):
+    """Settings the trainer cannot run with; `problems` holds one line per bad value."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Reader:
+    """Reads each value once and keeps going after a bad one, so preflight lists every problem at once.
+    A bad value reads as its default (so later reads that depend on it still run).
+
+    Shaped like issue 12's `stack.env.Env(collect=True)`; it moves there once that package is on main.
+    """
+
+    def __init__(self, env: Mapping[str, str]):
+        self.env = env
+        self.problems: list[str] = []
+
+    def text(self, name: str, default: str = "") -> str:
+        return _get(self.env, name, default)
+
+    def _bad(self, line: str, default):
+        self.problems.append(line)
+        return default
+
+    def integer(self, name: str, default: int, minimum: int, why: str = "") -> int:
+        raw = _get(self.env, name, "")
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            return self._bad(f"{name}={raw!r} is not a whole number: write it in digits (default {default})", default)
+        if value < minimum:
+            return self._bad(
+                f"{name}={value} is below {minimum}{why}: set it to at least {minimum} (default {default})", default
+            )
+        return value
+
+    def number(
+        self, name: str, default: float, *, above: float | None = None, minimum: float | None = None, why: str = ""
+    ) -> float:
+        raw = _get(self.env, name, "")
+        if not raw:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            return self._bad(
+                f"{name}={raw!r} is not a number: write it like {default:g} (default {default:g})", default
+            )
+        if not math.isfinite(value):
+            return self._bad(f"{name}={raw!r} is not a finite number (default {default:g})", default)
+        if above is not None and value <= above:
+            return self._bad(f"{name}={raw} must be above {above:g}{why} (default {default:g})", default)
+        if minimum is not None and value < minimum:
+            return self._bad(f"{name}={raw} is below {minimum:g}{why} (default {default:g})", default)
+        return value
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        raw = _get(self.env, name, "")
+        if not raw:
+            return default
+        if raw.lower() in choices:
+            return raw.lower()
+        return self._bad(f"{name}={raw!r} is not one of {', '.join(choices)} (default {default})", default)
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = _get(self.env, name, "").lower()
+        if not raw:
+            return default
+        if raw in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return raw in ("1", "true", "yes", "on")
+        return self._bad(f"{name}={raw!r} is not a yes/no value: set it to 1 or 0 (default {int(default)})", default)
+
+    def section(self, what: str, read_section, default):
+        """A group of settings read by its own function (issue 18's EVAL_*/HUB_*): a bad value there is one
+        line here too, instead of the int()/float() traceback it would be."""
+        try:
+            return read_section(self.env)
+        except ValueError as exc:
+            return self._bad(f"{what}: {exc}", default)
+
+    def url(self, name: str, default: str) -> str:
+        raw = _get(self.env, name, default)
+        scheme, sep, rest = raw.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.strip("/"):
+            return self._bad(f"{name}={raw!r} is not an http(s) URL: e.g. {default}", default)
+        return raw.rstrip("/")
+
+
+def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
+    """The trainer's settings and every problem with them, one line each. The ONE definition: the
+    trainer starts from it, and preflight (guards `trainer-settings`) reports its problems before any
+    GPU time is spent (measured on main before this: MAX_STEPS=2e2 passed preflight and ended as a bare
+    traceback in the trainer after the engine had loaded)."""
     env = os.environ if env is None else env
-    model = _get(env, "MODEL", "Qwen/Qwen3-1.7B")
-    harness = _get(env, "HARNESS", "mini-swe-agent")
-    max_steps = int(_get(env, "MAX_STEPS", "200"))
-    step_limit = int(_get(env, "AGENT_STEP_LIMIT", str(DEFAULT_STEP_LIMIT)))
-    if step_limit <= 0:
-        # The guard reports this first; this is the backstop for a caller that skipped the guards.
-        raise ValueError(f"AGENT_STEP_LIMIT={step_limit} would leave rollouts unbounded: set a positive limit")
-    explicit = _get(env, "RUN_NAME", "")
-    num_generations = int(_get(env, "NUM_GENERATIONS", "8"))
-    return Settings(
+    r = _Reader(env)
+    model = r.text("MODEL", "Qwen/Qwen3-1.7B")
+    harness = r.text("HARNESS", "mini-swe-agent")
+    max_steps = r.integer("MAX_STEPS", 200, 1)
+    step_limit = r.integer(
+        "AGENT_STEP_LIMIT",
+        DEFAULT_STEP_LIMIT,
+        1,
+        " (0 would leave rollouts unbounded: packed length grows with the square of the turns; 58-turn "
+        "rollouts ran an 80 GiB card out of memory)",
+    )
+    explicit = r.text("RUN_NAME", "")
+    num_generations = r.integer(
+        "NUM_GENERATIONS", 8, 2, " (GRPO scores each rollout against the others of its group: one has no baseline)"
+    )
+    weight_transfer = r.choice("WEIGHT_TRANSFER", "nccl", WEIGHT_TRANSFERS)
+    settings = Settings(
         model=model,
-        engine_url=_get(env, "ENGINE_URL", "http://127.0.0.1:8001").removesuffix("/v1").rstrip("/"),
-        env_server_url=_get(env, "ENV_SERVER_URL", "http://127.0.0.1:8000"),
+        engine_url=r.url("ENGINE_URL", "http://127.0.0.1:8001").removesuffix("/v1").rstrip("/"),
+        env_server_url=r.url("ENV_SERVER_URL", "http://127.0.0.1:8000"),
         harness=harness,
-        sandbox=_get(env, "SANDBOX", "e2b"),
+        sandbox=r.choice("SANDBOX", "e2b", SANDBOXES),
         agent_step_limit=step_limit,
-        agent_timeout_s=float(_get(env, "AGENT_TIMEOUT_S", "900")),
-        reward_key=_get(env, "REWARD_KEY", ""),
-        tool_efficiency_bonus=float(_get(env, "TOOL_EFFICIENCY_BONUS", "0.1")),
+        agent_timeout_s=r.number("AGENT_TIMEOUT_S", 900.0, above=0),
+        reward_key=r.text("REWARD_KEY", ""),
+        tool_efficiency_bonus=r.number("TOOL_EFFICIENCY_BONUS", 0.1, minimum=0),
         max_steps=max_steps,
         num_generations=num_generations,
-        max_inflight_rollouts=int(_get(env, "MAX_INFLIGHT_ROLLOUTS", "8")),
-        learning_rate=float(_get(env, "LEARNING_RATE", "1e-6")),
-        temperature=float(_get(env, "TEMPERATURE", "1.0")),
-        max_completion_tokens=int(_get(env, "MAX_COMPLETION_TOKENS", "4096")),
+        max_inflight_rollouts=r.integer("MAX_INFLIGHT_ROLLOUTS", 8, 1),
+        learning_rate=r.number("LEARNING_RATE", 1e-6, above=0),
+        temperature=r.number(
+            "TEMPERATURE", 1.0, above=0, why=" (the policy's logprobs are processed at it; 0 is greedy, not a policy)"
+        ),
+        max_completion_tokens=r.integer("MAX_COMPLETION_TOKENS", 4096, 1),
         # 0 switches TRL to fixed-count micro-batches of PER_DEVICE_TRAIN_BATCH_SIZE samples.
-        token_budget=int(_get(env, "TOKEN_BUDGET", "32768")),
-        per_device_train_batch_size=int(_get(env, "PER_DEVICE_TRAIN_BATCH_SIZE", str(num_generations))),
-        gradient_accumulation_steps=int(_get(env, "GRADIENT_ACCUMULATION_STEPS", "1")),
-        save_steps=int(_get(env, "SAVE_STEPS", "25")),
-        report_to=_get(env, "REPORT_TO", "trackio"),
-        weight_transfer=_get(env, "WEIGHT_TRANSFER", "nccl"),
-        bucket_dir=_get(env, "BUCKET_DIR", "/bucket"),
+        token_budget=r.integer("TOKEN_BUDGET", 32768, 0),
+        per_device_train_batch_size=r.integer("PER_DEVICE_TRAIN_BATCH_SIZE", num_generations, 1),
+        gradient_accumulation_steps=r.integer("GRADIENT_ACCUMULATION_STEPS", 1, 1),
+        save_steps=r.integer("SAVE_STEPS", 25, 1, " (0 would never save a checkpoint)"),
+        save_total_limit=r.integer("SAVE_TOTAL_LIMIT", DEFAULT_SAVE_TOTAL_LIMIT, 1),
+        report_to=r.choice("REPORT_TO", "trackio", REPORT_TO),
+        weight_transfer=weight_transfer,
+        bucket_dir=r.text("BUCKET_DIR", "/bucket"),
         run_name=explicit or fresh_run_name(model, harness, max_steps),
         run_name_explicit=bool(explicit),
-        train_script=_get(env, "TRAIN_SCRIPT", ""),
-        checkpoint_root_override=_get(env, "CHECKPOINT_ROOT", ""),
-        engine_max_model_len=int(_get(env, "ENGINE_MAX_MODEL_LEN", "32768")),
-        compile_layers=_get(env, "TRAINER_COMPILE_LAYERS", "1") not in ("0", "false", "no"),
-        datasets=_splits(_get(env, "DATASETS", "")),
-        evaluation=eval_from_env(env),
-        hub=hub_from_env(env),
-        screened_tasks=_get(env, "SCREENED_TASKS", ""),
+        train_script=r.text("TRAIN_SCRIPT", ""),
+        checkpoint_root_override=r.text("CHECKPOINT_ROOT", ""),
+        engine_max_model_len=r.integer("ENGINE_MAX_MODEL_LEN", 32768, 1),
+        compile_layers=r.flag("TRAINER_COMPILE_LAYERS", True),
+        datasets=_splits(r.text("DATASETS", "")),
+        evaluation=r.section("EVAL_*", eval_from_env, EvalSettings()),
+        hub=r.section("HUB_*", hub_from_env, HubSettings()),
+        screened_tasks=r.text("SCREENED_TASKS", ""),
         # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
-        dtype=_get(env, "TRAIN_DTYPE", "bfloat16" if _get(env, "WEIGHT_TRANSFER", "nccl") == "nccl" else "float32"),
+        dtype=r.choice("TRAIN_DTYPE", "bfloat16" if weight_transfer == "nccl" else "float32", DTYPES),
     )
+    return settings, r.problems
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings, or SettingsError listing every problem (preflight reported them first)."""
+    settings, problems = read(env)
+    if problems:
+        raise SettingsError(problems)
+    return settings
 
 
 def eval_from_env(env: Mapping[str, str]) -> EvalSettings:
