@@ -21,6 +21,7 @@ from openenv.harbor.client import HarborEnv
 from openenv.harbor.models import HarborRolloutResult
 
 from .session import HarborRolloutSession
+from .waiting import Backoff, is_refusal
 
 TASK_FIELD = "harbor_task"  # on the prompt's user message: "<index>@<split>"
 # Sandbox build/start and verification run outside the agent's own timeout.
@@ -63,6 +64,7 @@ class EnvServerRunner:
     agent_step_limit: int
     agent_timeout_s: float
     reward_key: str = ""
+    status_path: str = ""  # where a wait for the env server is reported (trainer/waiting.py)
 
     def task_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -79,6 +81,21 @@ class EnvServerRunner:
         return rows
 
     def run(self, ref: TaskRef, sampling: dict | None, episode_id: str | None) -> HarborRolloutResult:
+        """One rollout; while the env server refuses to start it, or cannot be reached, wait and retry."""
+        backoff = Backoff(self.status_path)
+        while True:
+            try:
+                result = self._run_once(ref, sampling)
+            except ConnectionError as exc:  # OpenEnv's client could not open its websocket: nothing started
+                backoff.wait(f"env server {self.env_server_url} unreachable ({exc}); is env-server up?")
+                continue
+            if is_refusal(result):
+                backoff.wait(f"env server refused: {result.error}")
+                continue
+            backoff.done()
+            return result
+
+    def _run_once(self, ref: TaskRef, sampling: dict | None) -> HarborRolloutResult:
         with HarborEnv(base_url=self.env_server_url, message_timeout_s=self.agent_timeout_s + SETUP_MARGIN_S) as env:
             return env.run_rollout(
                 split=ref.split,

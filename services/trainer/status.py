@@ -2,7 +2,8 @@
 
 status.json is small, rewritten atomically after every logged step and every checkpoint:
 
-    {"run_name", "state": starting|warming-up|training|finished|failed, "step", "max_steps",
+    {"run_name", "state": starting|warming-up|training|waiting-for-rollouts|stopped|finished|failed,
+     "reason" (why it waits or stopped), "step", "max_steps",
      "reward_mean", "reward_std", "zero_spread_frac", "unscorable_frac", "timeout_frac",
      "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
      "dropped_oversize_total", "last_checkpoint", "error", "updated_at", "first_step_at" (unix time)}
@@ -118,4 +119,11 @@ class StatusCallback(TrainerCallback):
         self.status.update(last_checkpoint=f"checkpoint-{state.global_step}", step=state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.status.update(state="finished", step=state.global_step)
+        from . import stop
+
+        signal_name = stop.requested()
+        if signal_name:
+            # Stopped at a step end by SIGTERM: the Trainer saved this step before leaving its loop.
+            self.status.update(state="stopped", step=state.global_step, reason=f"{signal_name}: checkpoint saved")
+        else:
+            self.status.update(state="finished", step=state.global_step)

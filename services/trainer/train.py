@@ -19,7 +19,7 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
-from . import hooks, weights
+from . import hooks, stop, weights
 from .config import Settings
 from .factory import EnvServerRunner, HarborSessionFactory
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
@@ -41,6 +41,7 @@ def runner_from_settings(s: Settings) -> EnvServerRunner:
         agent_step_limit=s.agent_step_limit,
         agent_timeout_s=s.agent_timeout_s,
         reward_key=s.reward_key,
+        status_path=str(s.status_path),
     )
 
 
@@ -123,6 +124,10 @@ def run(s: Settings, runner=None) -> None:
     )
     try:
         _train(s, runner, status, resume)
+    except stop.StopRequested as exc:
+        # Before the training loop: no step to save. Not a failure: the operator stopped it.
+        status.update(state="stopped", reason=str(exc))
+        print(f"trainer: stopped ({exc}); nothing to save yet", flush=True)
     except BaseException as exc:
         status.update(state="failed", error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
@@ -173,6 +178,8 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         vllm_server_base_url=s.engine_url,
         save_strategy="steps",
         save_steps=s.save_steps,
+        # Older checkpoints are deleted once a newer one is complete (preflight sized the disk for this).
+        save_total_limit=s.save_total_limit,
         logging_steps=1,
         report_to=report_to,
         dtype=s.dtype,
@@ -214,7 +221,7 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         processing_class=tokenizer,
         rollout_worker=worker,
         weight_transfer=weights.build(s.weight_transfer, s.engine_url),
-        callbacks=[StatusCallback(status)],
+        callbacks=[StatusCallback(status), stop.StopCallback()],
     )
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
@@ -228,7 +235,17 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
     else:
         print("trainer memory: no GPU (CPU form): step-limit and token-budget limits are not derived", flush=True)
     logger.info("torch %s, cuda=%s, %d task rows", torch.__version__, torch.cuda.is_available(), len(rows))
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except stop.StopRequested as exc:
+        saved = stop.save_now(trainer)
+        step = trainer.state.global_step
+        status.update(state="stopped", step=step, last_checkpoint=saved if step else None, reason=str(exc))
+        print(
+            f"trainer: stopped at step {step} ({exc}); saved {saved if step else 'nothing (no step yet)'}", flush=True
+        )
+    if stop.requested():
+        print(f"trainer: resume this run with RUN_NAME={s.run_name}", flush=True)
 
 
 def _report_memory_limits(s: Settings, card_gib: float) -> None:
@@ -253,7 +270,7 @@ def main() -> int:
     from guards.checks import run_all
     from guards.train_script import TrainScriptError, materialize, resolve
 
-    from .config import from_env
+    from .config import SettingsError, from_env
 
     failures = run_all(phase="trainer")
     if failures:
@@ -263,8 +280,10 @@ def main() -> int:
         return 1
     try:
         s = from_env()
-    except ValueError as exc:
-        print(f"trainer: {exc}", file=sys.stderr)
+    except SettingsError as exc:  # preflight reports these first; this is the backstop
+        print(f"trainer: {len(exc.problems)} bad setting(s), nothing was started:", file=sys.stderr)
+        for line in exc.problems:
+            print(f"  {line}", file=sys.stderr)
         return 1
     if s.train_script:
         # The override replaces this script entirely; it gets the same environment and run folder.
@@ -279,5 +298,6 @@ def main() -> int:
         print(f"trainer: running TRAIN_SCRIPT={s.train_script} (copy: {path})", flush=True)
         runpy.run_path(str(path), run_name="__main__")
         return 0
+    stop.install()
     run(s)
     return 0

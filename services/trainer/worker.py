@@ -20,6 +20,8 @@ import numpy as np
 from trl.experimental.async_grpo import async_rollout_worker
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
+from . import stop
+
 
 def _add(rates: dict, key: str, num: float, den: float = 1.0) -> None:
     rates[key][0] += num
@@ -65,3 +67,9 @@ class HarborRolloutWorker(HarnessRolloutWorker):
             # (it needs CUDA) and talks to the mock engine, so the check is answered for it, here only.
             async_rollout_worker.is_vllm_available = lambda *a, **k: True
         super().__init__(**kwargs)
+
+    def check_health(self, stale_after_s: float) -> None:
+        # TRL calls this every 5 s while the trainer waits for rollouts: the safe point to stop at on
+        # SIGTERM (trainer/stop.py), since no weight has changed since the last step.
+        stop.raise_if_requested()
+        super().check_health(stale_after_s)

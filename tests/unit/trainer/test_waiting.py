@@ -1,0 +1,89 @@
+"""The trainer waits while the env server refuses rollouts (or is unreachable), says why in status.json,
+and never retries a rollout that started. The runner is the real EnvServerRunner; only its one call to
+the env server is replaced (no env server in the host venv), and sleeping is recorded, not done."""
+
+import json
+
+from openenv.harbor.models import HarborRolloutResult
+
+from trainer import waiting
+from trainer.factory import EnvServerRunner, TaskRef
+
+REFUSED = HarborRolloutResult(
+    ok=False,
+    error="tunnel not verified yet (withdrawn: x): no public URL for the capture proxy, so a sandbox could not "
+    "reach it; rollout not started. Wait for tunnel-check to verify the URL",
+)
+STARTED_AND_FAILED = HarborRolloutResult(ok=False, error="sandbox build failed", exception_type="BuildError")
+GOOD = HarborRolloutResult(ok=True, reward=1.0)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+        self.slept = []
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s
+
+    def __call__(self):
+        return self.now
+
+
+def runner(tmp_path, answers, monkeypatch, clock):
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"state": "training", "step": 3}))
+    r = EnvServerRunner("http://127.0.0.1:1", "mini-swe-agent", "docker", "http://e/v1", "m", 4, 60.0, "", str(status))
+    calls = []
+
+    def once(self, ref, sampling):
+        # What status.json says at each attempt (while waiting: the previous attempt's reason).
+        calls.append(json.loads(status.read_text()))
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(EnvServerRunner, "_run_once", once)
+    real = waiting.Backoff.__init__
+
+    def init(self, status_path=""):
+        real(self, status_path, sleep=clock.sleep, clock=clock, log=lambda *a, **k: None)
+
+    monkeypatch.setattr(waiting.Backoff, "__init__", init)
+    return r, status, calls
+
+
+def test_refusals_and_an_unreachable_server_are_waited_out_with_the_reason_in_status(tmp_path, monkeypatch):
+    clock = Clock()
+    answers = [REFUSED, ConnectionError("Failed to connect to ws://127.0.0.1:1/ws"), REFUSED, REFUSED, GOOD]
+    r, status, calls = runner(tmp_path, answers, monkeypatch, clock)
+    result = r.run(TaskRef("s", 0), None, "e1")
+    assert result is GOOD
+    assert clock.slept == [2.0, 4.0, 8.0, 16.0]  # doubling from 2 s (capped at 30 s)
+    # The second attempt saw the first refusal recorded; the third the unreachable server.
+    assert calls[1]["state"] == "waiting-for-rollouts" and "rollout not started" in calls[1]["reason"]
+    assert calls[2]["reason"].startswith("env server http://127.0.0.1:1 unreachable (Failed to connect")
+    assert calls[4]["waiting_since_s"] == 14.0
+    doc = json.loads(status.read_text())
+    assert (doc["state"], doc["reason"], doc["step"]) == ("training", None, 3)
+
+
+def test_a_rollout_that_started_and_failed_is_not_retried(tmp_path, monkeypatch):
+    clock = Clock()
+    r, status, calls = runner(tmp_path, [STARTED_AND_FAILED, GOOD], monkeypatch, clock)
+    assert r.run(TaskRef("s", 0), None, "e1") is STARTED_AND_FAILED
+    assert clock.slept == [] and len(calls) == 1
+    assert json.loads(status.read_text())["state"] == "training"
+
+
+def test_the_backoff_is_capped_and_never_overwrites_an_ended_run(tmp_path):
+    clock = Clock()
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"state": "stopped"}))
+    b = waiting.Backoff(str(status), sleep=clock.sleep, clock=clock, log=lambda *a, **k: None)
+    for _ in range(7):
+        b.wait("refused")
+    assert clock.slept == [2, 4, 8, 16, 30, 30, 30]
+    assert json.loads(status.read_text()) == {"state": "stopped"}
