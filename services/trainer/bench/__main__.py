@@ -1,7 +1,8 @@
 """python -m trainer.bench [--plan gpu|tiny] [--out DIR] [--only SECTION,...]
 
 Sections: sweep (packed length, TRL defaults), variants (checkpointing every-N / off / offload), chunks (log-prob
-head tiles), rollouts (chained vs forked at step limits 4-58), compile and compile-more (regional torch.compile).
+head tiles), rollouts (chained vs forked at step limits 4-58), compile and compile-more (regional torch.compile),
+activation (checkpointing inside the compiled region: selective, MLP or attention only, inductor's memory budget).
 
 Measures TRL AsyncGRPO's loss step on mini-swe-agent-shaped rollouts (see harness.py, trajectories.py) and
 prints, per packed length: seconds per step, tokens/s, model TFLOP/s, MFU against a dense bf16 matmul peak
@@ -27,7 +28,30 @@ import torch
 from . import attention, harness
 from .trajectories import chained_sample, forked_samples, rollout_sample, trajectory, trajectory_of_length
 
-DEFAULT_VARIANT = {"gc": True, "every": 1, "offload": False, "vocab_chunk": 32768, "token_chunk": 4096, "compile": None}
+DEFAULT_VARIANT = {
+    "gc": True,
+    "every": 1,
+    "offload": False,
+    "vocab_chunk": 32768,
+    "token_chunk": 4096,
+    "compile": None,
+    "region": None,  # checkpoint inside the compiled forward: "layer", "mlp" or "attn" (HF checkpointing off)
+    "save": None,  # with a region: selective checkpointing, keeping attention and these matmuls (harness.MATMUL_ORDER)
+    "budget": None,  # inductor's activation memory budget (fraction), with compile and no checkpointing
+}
+# Issue 19's settings: all compiled (inductor), all with Hugging Face's checkpointing off. `save` lists the matmul
+# outputs a selective checkpoint keeps besides the attention kernel's output (see docs/GPU-BENCHMARK.md for the
+# per-token arithmetic behind each choice).
+ACTIVATION_VARIANTS = {  # in the order they run: the likeliest defaults first, so a cut-short call keeps them
+    "sac-attn-qkv-gate": {"region": "layer", "save": ("q", "k", "v", "gate")},
+    "sac-attn-gate": {"region": "layer", "save": ("gate",)},
+    "budget-0.4": {"budget": 0.4},
+    "sac-all-mm": {"region": "layer", "save": harness.MATMUL_ORDER},
+    "compile-over-gc": {"region": "layer"},
+    "sac-attn": {"region": "layer", "save": ()},
+    "ckpt-mlp-only": {"region": "mlp"},
+    "ckpt-attn-only": {"region": "attn"},
+}
 
 
 def plan(name: str) -> dict:
@@ -44,6 +68,7 @@ def plan(name: str) -> dict:
             "compiled": {"compile": [4096], "compile-gc-off": [4096]},
             "compile_backend": "eager",  # traces with dynamo; inductor needs a C compiler the CPU image lacks
             "compiled_more": [("compile-gc-every-2", 4096, 1, {"every": 2}), ("compile", 8192, 2, {})],
+            "activation": {name: [4096, 6144] for name in ("sac-attn-qkv-gate", "ckpt-mlp-only", "budget-0.4")},
             "steps": (1, 1),
         }
     k = 1024
@@ -86,6 +111,14 @@ def plan(name: str) -> dict:
             ("compile", 256 * k, 8, {}),
             ("compile", 384 * k, 12, {}),
         ],
+        # Issue 19: where activations are kept, all compiled. Two lengths give each setting's GiB per 1k tokens; the
+        # candidates for the default get 32k too. The compiled default first, as this call's own baseline.
+        "activation": {
+            "compile": [8 * k, 16 * k],
+            **{name: [8 * k, 16 * k] for name in ACTIVATION_VARIANTS},
+            "sac-attn-gate": [8 * k, 16 * k, 32 * k],
+            "sac-attn-qkv-gate": [8 * k, 16 * k, 32 * k],
+        },
         "steps": (1, 2),  # warm-up, timed
     }
 
@@ -156,9 +189,22 @@ def fit(rows: list[dict]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
+_compiled_as: list = [None]
+
+
 def apply(bench, variant: dict) -> None:
-    harness.set_checkpointing(bench, variant["gc"], variant["every"], variant["offload"])
+    variant = {**DEFAULT_VARIANT, **variant}
+    region = variant["region"]
+    harness.set_checkpointing(bench, variant["gc"] and not region, variant["every"], variant["offload"])
     harness.set_logprob_chunks(variant["vocab_chunk"], variant["token_chunk"])
+    key = (variant["compile"], region, variant["save"], variant["budget"])
+    if key != _compiled_as[0]:
+        # Dynamo keeps compiled graphs across calls; another region or budget must trace afresh, while the lengths of
+        # one setting reuse its graph (dynamic shapes).
+        torch._dynamo.reset()
+        _compiled_as[0] = key
+    harness.set_memory_budget(variant["budget"])
+    harness.set_compiled_checkpoint(bench, region, variant["save"])
     harness.set_layer_compile(bench, variant["compile"])
 
 
@@ -168,7 +214,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT") or ".")
     p.add_argument(
         "--only",
-        default="sweep,variants,chunks,rollouts,compile,compile-more",
+        default="sweep,variants,chunks,rollouts,compile,compile-more,activation",
         help="comma-separated sections to run (default: all)",
     )
     a = p.parse_args(argv)
@@ -340,6 +386,27 @@ def main(argv=None) -> int:
             )
             if row["status"] == "OOM":
                 break
+        apply(bench, DEFAULT_VARIANT)
+
+    if "activation" in sections:
+        backend = cfg["compile_backend"]
+        if cuda:
+            report.meta["copy_gbs"] = harness.copy_bandwidth_gbs()
+            print(f"pinned host<->device copies: {report.meta['copy_gbs']}", flush=True)
+        for cname, lengths in cfg["activation"].items():
+            variant = {**DEFAULT_VARIANT, "compile": backend, **ACTIVATION_VARIANTS.get(cname, {})}
+            for n, tokens in enumerate(lengths):
+                t0 = time.time()
+                label = f"{cname} {tokens // 1024}k"
+                try:
+                    # The first length of a setting pays its compilation: one more warm-up step, out of the median.
+                    row = measure_length("activation", label, variant, tokens, 1, steps=timed + (1 if n == 0 else 0))
+                except Exception as exc:  # one setting that does not trace or run costs that setting, not the call
+                    harness.free(bench)
+                    row = report.add("activation", label, variant, f"error: {type(exc).__name__}: {exc}"[:300], warm)
+                row["wall_s"] = round(time.time() - t0, 1)
+                if row["status"] != "ok":
+                    break
         apply(bench, DEFAULT_VARIANT)
 
     report.meta["total_s"] = round(time.time() - t_start, 1)

@@ -321,6 +321,127 @@ def set_layer_compile(bench: Bench, backend: str | None) -> None:
             layer._compiled_call_impl = None
 
 
+# --- where activations are kept: checkpointing inside the compiled region (issue 19) ------------------------------
+#
+# `set_checkpointing` above is the Hugging Face form: the checkpoint wraps the whole layer OUTSIDE the compiled
+# region, so inductor sees one layer's forward and its recompute as two separate runs. Here the checkpoint is called
+# inside the layer's (or its MLP's / attention's) own `forward`, so the regional compile traces it: dynamo turns it
+# into its activation-checkpoint operator and inductor partitions forward and backward knowing what is recomputed.
+# Selective activation checkpointing (PyTorch's `create_selective_checkpoint_contexts`) then picks, op by op, which
+# outputs are kept: the attention kernel's always (it is the costly op to redo at long contexts), and the matrix
+# products named in `save` by their order in a Qwen3 decoder layer.
+MATMUL_ORDER = ("q", "k", "v", "o", "gate", "up", "down")  # aten.mm calls of one Qwen3 decoder layer, in order
+REGIONS = {"layer": None, "mlp": "mlp", "attn": "self_attn"}
+
+
+def _attention_ops() -> set:
+    aten = torch.ops.aten
+    names = (
+        "_flash_attention_forward",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
+    return {getattr(aten, n).default for n in names if hasattr(aten, n)}
+
+
+def selective_context(save: tuple[str, ...]):
+    """A checkpoint `context_fn` keeping the attention output and the named matmul outputs; the rest recomputed."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    keep = {MATMUL_ORDER.index(name) + 1 for name in save}
+    attention, mm = _attention_ops(), torch.ops.aten.mm.default
+
+    def context_fn():
+        counts = {False: 0, True: 0}  # matmuls seen in the forward and in the recompute, counted apart
+
+        def policy(ctx, op, *args, **kwargs):
+            if op in attention:
+                return CheckpointPolicy.MUST_SAVE
+            if op == mm:
+                counts[ctx.is_recompute] += 1
+                if counts[ctx.is_recompute] in keep:
+                    return CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.PREFER_RECOMPUTE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    return context_fn
+
+
+class _CheckpointedForward:
+    """Mixed in before a module's own class: its forward runs under a non-reentrant checkpoint."""
+
+    _checkpoint_context = None
+
+    def forward(self, *args, **kwargs):
+        from torch.utils.checkpoint import checkpoint, noop_context_fn
+
+        return checkpoint(
+            super().forward,
+            *args,
+            use_reentrant=False,
+            context_fn=self._checkpoint_context or noop_context_fn,
+            **kwargs,
+        )
+
+
+_CHECKPOINTED_CLASSES: dict[type, type] = {}
+
+
+def _checkpointed(module: torch.nn.Module, context_fn) -> None:
+    cls = type(module)
+    if issubclass(cls, _CheckpointedForward):
+        cls = cls.__mro__[2]
+    sub = _CHECKPOINTED_CLASSES.setdefault(cls, type(f"Checkpointed{cls.__name__}", (_CheckpointedForward, cls), {}))
+    module.__class__ = sub
+    module._checkpoint_context = context_fn
+
+
+def _plain(module: torch.nn.Module) -> None:
+    if isinstance(module, _CheckpointedForward):
+        module.__class__ = type(module).__mro__[2]
+        module.__dict__.pop("_checkpoint_context", None)
+
+
+def set_compiled_checkpoint(bench: Bench, region: str | None, save: tuple[str, ...] | None = None) -> None:
+    """Checkpoint `region` ("layer", "mlp", "attn") of every decoder layer inside its compiled forward; `save` makes it
+    selective (None: plain checkpoint, everything recomputed). None undoes it. Turn the HF checkpointing off first."""
+    context = selective_context(save) if save is not None else None
+    for layer in bench.trainer.model.model.layers:
+        for module in (layer, layer.mlp, layer.self_attn):
+            _plain(module)
+        if region:
+            _checkpointed(getattr(layer, REGIONS[region]) if REGIONS[region] else layer, context)
+
+
+def set_memory_budget(budget: float | None) -> None:
+    """Inductor's memory-budget partitioner (`torch._functorch.config.activation_memory_budget`): the compiler itself
+    chooses what to recompute so the saved activations stay under this fraction of what it would save otherwise,
+    at the least estimated recompute time. 1.0 (None) is the default partitioner."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.activation_memory_budget = 1.0 if budget is None else budget
+
+
+def copy_bandwidth_gbs(gib: int = 1) -> dict:
+    """Pinned host <-> device copy rates (GB/s) of this machine: the ceiling for offloading activations."""
+    host = torch.empty(gib * 2**30, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty_like(host, device="cuda")
+    rates = {}
+    for name, dst, src in (("h2d", dev, host), ("d2h", host, dev)):
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        rates[name] = 3 * host.numel() / (time.perf_counter() - t0) / 1e9
+    del host, dev
+    torch.cuda.empty_cache()
+    return rates
+
+
 def free(bench: Bench) -> None:
     bench.trainer.model.zero_grad(set_to_none=True)
     gc.collect()

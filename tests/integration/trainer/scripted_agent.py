@@ -43,6 +43,11 @@ class ScriptedAgentRunner:
     turns: int = 3
     max_tokens: int = 128  # a scripted tool call (the submit command) is ~115 characters: one token each
     tasks: tuple[str, ...] = ("List the files in the repository.", "Show the README of the repository.")
+    # mini-swe-agent answers a reply without a tool call with a format-error message and goes on; the CPU test
+    # ends the rollout there instead (its scripted engine always calls a tool when on script). The GPU check
+    # (tests/gpu) needs it: a random-weight model almost never writes a tool call, and multi-turn chaining is
+    # what it checks.
+    nudge: str = ""
 
     def task_rows(self):
         return [prompt_row("local", i, text, f"local-{i}") for i, text in enumerate(self.tasks)]
@@ -87,8 +92,10 @@ class ScriptedAgentRunner:
                 for call in message.get("tool_calls") or []:
                     messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"ok (step {step})"})
                     submitted = submitted or SUBMIT in str(call.get("function", {}).get("arguments", ""))
-                if submitted or not message.get("tool_calls"):
+                if submitted or (not message.get("tool_calls") and not self.nudge):
                     break
+                if not message.get("tool_calls"):
+                    messages.append({"role": "user", "content": self.nudge})
             document = (
                 http.get(f"/sessions/{sid}/rollout", params={"include_messages": "true"}).raise_for_status().json()
             )

@@ -1,0 +1,35 @@
+"""The project's trainer on a GPU with scripted agent rollouts through the capture proxy:
+
+    python tests/gpu/run_trainer.py CAPTURE_URL
+
+The same entry as `python -m trainer` (guards, run name, warm-up rollout, AsyncGRPOTrainer with TRL's NCCL
+weight transfer, regional compile, startup memory report) with two stand-ins, both for things the GPU
+machine cannot reach:
+- rollouts: the CPU test's scripted agent (tests/integration/trainer/scripted_agent.py) instead of the env
+  server + sandbox + mini-swe-agent; every model call still goes through OpenEnv's capture proxy to vLLM;
+- attention kernel: TRL fetches FlashAttention-3 from the Hugging Face Hub at first use; without network the
+  benchmark's swap to PyTorch's own FlashAttention-2 varlen kernel is installed (checked against a dense
+  path-mask reference by the benchmark).
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
+
+from scripted_agent import ScriptedAgentRunner  # noqa: E402
+
+from guards.checks import run_all  # noqa: E402
+from trainer.bench import attention  # noqa: E402
+from trainer.config import from_env  # noqa: E402
+from trainer.train import run  # noqa: E402
+
+NUDGE = "Use the bash tool: reply with a <tool_call>."
+
+if __name__ == "__main__":
+    failures = run_all(phase="trainer")
+    if failures:
+        sys.exit("\n".join(str(f) for f in failures))
+    print(f"trainer attention kernel: {attention.install()}", flush=True)
+    settings = from_env()
+    run(settings, runner=ScriptedAgentRunner(capture_url=sys.argv[1], model=settings.model, nudge=NUDGE))
