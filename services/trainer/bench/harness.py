@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 # Qwen3-1.7B's published config (Qwen/Qwen3-1.7B config.json); weights are random, nothing is downloaded.
 QWEN3_1_7B = dict(
@@ -375,8 +376,6 @@ class _CheckpointedForward:
     _checkpoint_context = None
 
     def forward(self, *args, **kwargs):
-        from torch.utils.checkpoint import checkpoint, noop_context_fn
-
         return checkpoint(
             super().forward,
             *args,
