@@ -6,7 +6,7 @@ Nothing comes from the Hub (the GPU machine has no network). The body is Qwen3-1
 (hidden 2048, 28 layers, 16 heads, 8 KV heads, intermediate 6144), so engine start, weight-sync size and
 step time are the production model's; the vocabulary is the mock engine's character-level tokenizer
 (mock_engine.tokenizer), whose every tokenization is canonical, so a multi-turn rollout chains exactly
-instead of forking on a non-canonical split of random text. With 101 tokens instead of 151,936 the
+instead of forking on a non-canonical split of random text. With 100 tokens instead of 151,936 the
 embeddings shrink from 0.62B to 0.4M parameters: 1.41B parameters in all, bf16.
 
 The output head is drawn wider than the body (HEAD_STD, for the mock engine's reason: with the usual
@@ -58,7 +58,10 @@ def build(out_dir: str | Path) -> Path:
         model = Qwen3ForCausalLM(config).to(torch.bfloat16)
         with torch.no_grad():
             model.lm_head.weight.normal_(0.0, HEAD_STD)
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    # Stop on <|im_end|> only. vLLM stops on every generation-config EOS; a turn that ended on <|endoftext|> is
+    # re-rendered by the chat template with <|im_end|> in its place, so the next turn's prompt no longer extends it
+    # and the rollout forks (seen here: half the 3-turn rollouts of a first run forked until this was one id).
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out

@@ -264,6 +264,7 @@ def main() -> int:
             "MODEL": str(model),
             "ENGINE_URL": engine_url,
             "BUCKET_DIR": str(bucket),
+            "HF_HOME": str(bucket / "hf-home"),
             "BUCKET_NOT_A_MOUNT_OK": "i-accept-losing-checkpoints",
             "REQUIRED_GPUS": "2",
             "WEIGHT_TRANSFER": "nccl",
@@ -278,9 +279,10 @@ def main() -> int:
             "MAX_INFLIGHT_ROLLOUTS": "8",
             "TOKEN_BUDGET": "4096",
             "SAVE_STEPS": "1",
-            # bf16 weights and AdamW state: an update much under a bf16 ulp of a 0.02-sized weight is rounded
-            # away, and 1e-6 (the default) would leave the engine's logprobs unchanged. Random weights, so no harm.
-            "LEARNING_RATE": "5e-4",
+            # bf16 weights and AdamW state: an update far under a bf16 ulp is rounded away, so 1e-6 (the default)
+            # would leave the engine's logprobs unchanged. 5e-4 collapsed the random model to one token by step 2
+            # (every sampled logprob 0.0, which the trainer then masks as zero-filled): 2e-5 sits between.
+            "LEARNING_RATE": "2e-5",
             "MAX_COMPLETION_TOKENS": "128",
             "AGENT_STEP_LIMIT": "3",
             "ENGINE_MAX_MODEL_LEN": "8192",

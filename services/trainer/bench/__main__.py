@@ -42,6 +42,7 @@ DEFAULT_VARIANT = {
 # Issue 19's settings: all compiled (inductor), all with Hugging Face's checkpointing off. `save` lists the matmul
 # outputs a selective checkpoint keeps besides the attention kernel's output (see docs/GPU-BENCHMARK.md for the
 # per-token arithmetic behind each choice).
+ONLY_ACTIVATION = [n for n in os.environ.get("BENCH_ACTIVATION_ONLY", "").split(",") if n]
 ACTIVATION_VARIANTS = {  # in the order they run: the likeliest defaults first, so a cut-short call keeps them
     "sac-attn-qkv-gate": {"region": "layer", "save": ("q", "k", "v", "gate")},
     "sac-attn-gate": {"region": "layer", "save": ("gate",)},
@@ -115,9 +116,10 @@ def plan(name: str) -> dict:
         # candidates for the default get 32k too. The compiled default first, as this call's own baseline.
         "activation": {
             "compile": [8 * k, 16 * k],
-            **{name: [8 * k, 16 * k] for name in ACTIVATION_VARIANTS},
+            **{name: [8 * k, 16 * k] for name in ACTIVATION_VARIANTS if name in ONLY_ACTIVATION or not ONLY_ACTIVATION},
             "sac-attn-gate": [8 * k, 16 * k, 32 * k],
             "sac-attn-qkv-gate": [8 * k, 16 * k, 32 * k],
+            "ckpt-mlp-only": [8 * k, 16 * k, 32 * k, 64 * k],
         },
         "steps": (1, 2),  # warm-up, timed
     }
@@ -394,6 +396,8 @@ def main(argv=None) -> int:
             report.meta["copy_gbs"] = harness.copy_bandwidth_gbs()
             print(f"pinned host<->device copies: {report.meta['copy_gbs']}", flush=True)
         for cname, lengths in cfg["activation"].items():
+            if ONLY_ACTIVATION and cname not in ONLY_ACTIVATION:
+                continue
             variant = {**DEFAULT_VARIANT, "compile": backend, **ACTIVATION_VARIANTS.get(cname, {})}
             for n, tokens in enumerate(lengths):
                 t0 = time.time()

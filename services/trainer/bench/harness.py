@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils.checkpoint import checkpoint, noop_context_fn
+from torch.utils.checkpoint import checkpoint
 
 # Qwen3-1.7B's published config (Qwen/Qwen3-1.7B config.json); weights are random, nothing is downloaded.
 QWEN3_1_7B = dict(
@@ -376,13 +376,9 @@ class _CheckpointedForward:
     _checkpoint_context = None
 
     def forward(self, *args, **kwargs):
-        return checkpoint(
-            super().forward,
-            *args,
-            use_reentrant=False,
-            context_fn=self._checkpoint_context or noop_context_fn,
-            **kwargs,
-        )
+        if self._checkpoint_context is None:  # dynamo 2.11 refuses noop_context_fn passed explicitly
+            return checkpoint(super().forward, *args, use_reentrant=False, **kwargs)
+        return checkpoint(super().forward, *args, use_reentrant=False, context_fn=self._checkpoint_context, **kwargs)
 
 
 _CHECKPOINTED_CLASSES: dict[type, type] = {}
