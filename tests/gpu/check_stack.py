@@ -220,7 +220,7 @@ def main() -> int:
                 == 0
             )
 
-        figures["engine_start_s"] = round(wait_until(healthy, engine, "engine", 420) + 0, 1)
+        figures["engine_start_s"] = round(wait_until(healthy, engine, "engine", 420), 1)
         verdict = subprocess.run(
             [sys.executable, "-m", "engine.probe"], env=probe_env, capture_output=True, text=True
         ).stdout.strip()
