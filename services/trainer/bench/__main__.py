@@ -42,6 +42,7 @@ DEFAULT_VARIANT = {
 # Issue 19's settings: all compiled (inductor), all with Hugging Face's checkpointing off. `save` lists the matmul
 # outputs a selective checkpoint keeps besides the attention kernel's output (see docs/GPU-BENCHMARK.md for the
 # per-token arithmetic behind each choice).
+# BENCH_ACTIVATION_ONLY=name,...: run only these settings of the activation section (a follow-up call measures one).
 ONLY_ACTIVATION = [n for n in os.environ.get("BENCH_ACTIVATION_ONLY", "").split(",") if n]
 ACTIVATION_VARIANTS = {  # in the order they run: the likeliest defaults first, so a cut-short call keeps them
     "sac-attn-qkv-gate": {"region": "layer", "save": ("q", "k", "v", "gate")},
@@ -116,7 +117,7 @@ def plan(name: str) -> dict:
         # candidates for the default get 32k too. The compiled default first, as this call's own baseline.
         "activation": {
             "compile": [8 * k, 16 * k],
-            **{name: [8 * k, 16 * k] for name in ACTIVATION_VARIANTS if name in ONLY_ACTIVATION or not ONLY_ACTIVATION},
+            **{name: [8 * k, 16 * k] for name in ACTIVATION_VARIANTS},
             "sac-attn-gate": [8 * k, 16 * k, 32 * k],
             "sac-attn-qkv-gate": [8 * k, 16 * k, 32 * k],
             "ckpt-mlp-only": [8 * k, 16 * k, 32 * k, 64 * k],
