@@ -55,10 +55,17 @@ class HubPublish(TrainerCallback):
 
     def on_train_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         final = Path(self.s.run_dir) / "final"
-        model.save_pretrained(final)
-        if processing_class is not None:
-            processing_class.save_pretrained(final)
-        (final / "README.md").write_text(self.card(state))
+        try:
+            model.save_pretrained(final)
+            if processing_class is not None:
+                processing_class.save_pretrained(final)
+            (final / "README.md").write_text(self.card(state))
+        except Exception as exc:  # noqa: BLE001 - training is done and its checkpoints are saved: report, not fail
+            error = f"could not write {final}: {type(exc).__name__}: {exc}"[:500]
+            self.status.update(hub={**self.publisher.state, "state": "failed", "last_error": error})
+            print(f"hub: {error}; nothing pushed (the checkpoints are on the bucket)", flush=True)
+            self.publisher.close()
+            return
         self.publisher.submit(Job(folder=final, label="final", final=True))
         print(
             f"hub: waiting up to {self.s.hub.final_wait_s:.0f}s for the final push to {self.s.hub.model_id}", flush=True
