@@ -6,6 +6,7 @@ Environment:
   ENGINE_HOST/ENGINE_PORT  bind address (default 127.0.0.1:8001); only loopback is accepted
   MOCK_MAX_MODEL_LEN     max_model_len (default: ENGINE_MAX_MODEL_LEN, else 32768)
   MOCK_MAX_NEW_TOKENS    cap on generated tokens per call, a CPU budget (default 256)
+  MOCK_MAX_NUM_SEQS      generations admitted at once, as vLLM's --max-num-seqs (default 8); more wait
   MOCK_SCRIPT_FILE, MOCK_SCRIPT_PROB   scripted mode (mock_engine.script)
   MOCK_OFF_SCRIPT                     free | command: what an off-script turn of a scripted task is
   MOCK_FAULTS, MOCK_SLOW_S, MOCK_ERROR_STATUS, MOCK_ERROR_RATE   fault switches (mock_engine.faults)
@@ -63,6 +64,7 @@ def main() -> None:
         served_name=os.environ.get("MODEL") or model_dir,
         max_model_len=_int("MOCK_MAX_MODEL_LEN", os.environ.get("ENGINE_MAX_MODEL_LEN") or "32768"),
         max_new_tokens=_int("MOCK_MAX_NEW_TOKENS", "256"),
+        max_num_seqs=_int("MOCK_MAX_NUM_SEQS", "8"),
     )
     lm = TinyLM(model_dir, settings.max_model_len, settings.max_new_tokens)
     app = create_app(settings, lm, scripted, active)

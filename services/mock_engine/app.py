@@ -14,11 +14,12 @@ import uuid
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from mock_engine import faults as faults_mod
 from mock_engine import toolcalls
 from mock_engine.lm import Generation, Sampling, TinyLM, WeightUpdateError
+from mock_engine.metrics import EngineMetrics
 from mock_engine.script import Script
 
 
@@ -28,6 +29,8 @@ class Settings:
     served_name: str
     max_model_len: int
     max_new_tokens: int
+    # vLLM's --max-num-seqs: generations admitted at once; more wait (vllm:num_requests_waiting).
+    max_num_seqs: int = 8
 
 
 class BadRequest(Exception):
@@ -47,6 +50,7 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     app = FastAPI(title="mock engine (vLLM wire format)")
     app.state.faults = faults
     app.state.lm = lm
+    metrics = app.state.metrics = EngineMetrics(settings.served_name, settings.max_num_seqs, settings.max_model_len)
     started = int(time.time())
 
     @app.exception_handler(BadRequest)
@@ -57,6 +61,10 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     @app.get("/health")
     def health():
         return JSONResponse({}, 200)
+
+    @app.get("/metrics")
+    def prometheus_metrics():
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
     def models():
@@ -157,6 +165,8 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
         if body.get("tool_choice") == "none":
             tools = None
         template_kwargs = body.get("chat_template_kwargs") or {}
+        if "fork" in f:
+            messages = faults_mod.rerender_history(messages)
         try:
             prompt_ids = lm.render_chat(messages, tools, body.get("add_generation_prompt", True), template_kwargs)
         except Exception as exc:  # a template error is the client's malformed conversation
@@ -167,62 +177,64 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
         n = int(body.get("n") or 1)
         choices = []
         total_out = 0
-        for index in range(n):
-            seed = None if s.seed is None else s.seed + index
-            action = script.next_action(messages, seed) if script else None
-            if action is not None:
-                forced = lm.encode(toolcalls.format_call("bash", {"command": action})) + [lm.tokenizer.eos_token_id]
-                # max_tokens binds the script too: a truncated call comes back as text, as from a real model.
-                # (but not MOCK_MAX_NEW_TOKENS, which only bounds the CPU spent on free samples).
-                limit = (
-                    body.get("max_completion_tokens")
-                    or body.get("max_tokens")
-                    or settings.max_model_len - len(prompt_ids)
-                )
-                forced = forced[: int(limit)]
-                gen = lm.score(prompt_ids, forced, s)
-            elif script and script.off_script == "command" and tools and script.matches(messages):
-                # Off script on a scripted task: the model writes its own command, inside a call the
-                # agent accepts (lm.sample_command says why a free sample would fork the rollout).
-                prefix, suffix = toolcalls.format_call("bash", {"command": "\0"}).split('\\u0000"')
-                gen = lm.sample_command(
-                    prompt_ids,
-                    prefix,
-                    suffix,
-                    Sampling(**{**s.__dict__, "seed": seed}),
-                    max_command_tokens=MAX_COMMAND_TOKENS,
-                )
-                limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or len(gen.token_ids))
-                if (
-                    len(gen.token_ids) > limit
-                ):  # cut by max_tokens: text with finish_reason length, as from a real model
-                    gen.token_ids, gen.logprobs = gen.token_ids[:limit], gen.logprobs[:limit]
-                    gen.top_logprobs, gen.finish_reason = gen.top_logprobs[:limit], "length"
-            else:
-                gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}))
-            total_out += len(gen.token_ids)
-            text_ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
-            parsed = toolcalls.parse(lm.decode(text_ids), tools_offered=bool(tools))
-            ids_on, _ = _ids_fields(f, bool(body.get("return_token_ids")))
-            choice = {
-                "index": index,
-                "message": {
-                    "role": "assistant",
-                    "content": parsed.content,
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                    "tool_calls": parsed.tool_calls,
-                    "reasoning": None,
-                    "reasoning_content": None,
-                },
-                "logprobs": _chat_logprobs(gen, f) if want_lp else None,
-                "finish_reason": "tool_calls" if parsed.tool_calls else gen.finish_reason,
-                "stop_reason": None,
-                "token_ids": gen.token_ids if ids_on else None,
-            }
-            choices.append(choice)
+        with metrics.request(len(prompt_ids)) as held:
+            for index in range(n):
+                seed = None if s.seed is None else s.seed + index
+                action = script.next_action(messages, seed) if script else None
+                if action is not None:
+                    forced = lm.encode(toolcalls.format_call("bash", {"command": action})) + [lm.tokenizer.eos_token_id]
+                    # max_tokens binds the script too: a truncated call comes back as text, as from a real model.
+                    # (but not MOCK_MAX_NEW_TOKENS, which only bounds the CPU spent on free samples).
+                    limit = (
+                        body.get("max_completion_tokens")
+                        or body.get("max_tokens")
+                        or settings.max_model_len - len(prompt_ids)
+                    )
+                    forced = forced[: int(limit)]
+                    gen = lm.score(prompt_ids, forced, s)
+                elif script and script.off_script == "command" and tools and script.matches(messages):
+                    # Off script on a scripted task: the model writes its own command, inside a call the
+                    # agent accepts (lm.sample_command says why a free sample would fork the rollout).
+                    prefix, suffix = toolcalls.format_call("bash", {"command": "\0"}).split('\\u0000"')
+                    gen = lm.sample_command(
+                        prompt_ids,
+                        prefix,
+                        suffix,
+                        Sampling(**{**s.__dict__, "seed": seed}),
+                        max_command_tokens=MAX_COMMAND_TOKENS,
+                    )
+                    limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or len(gen.token_ids))
+                    if (
+                        len(gen.token_ids) > limit
+                    ):  # cut by max_tokens: text with finish_reason length, as from a real model
+                        gen.token_ids, gen.logprobs = gen.token_ids[:limit], gen.logprobs[:limit]
+                        gen.top_logprobs, gen.finish_reason = gen.top_logprobs[:limit], "length"
+                else:
+                    gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}))
+                total_out += len(gen.token_ids)
+                metrics.generated(held, len(gen.token_ids))
+                text_ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
+                parsed = toolcalls.parse(lm.decode(text_ids), tools_offered=bool(tools))
+                ids_on, _ = _ids_fields(f, bool(body.get("return_token_ids")))
+                choice = {
+                    "index": index,
+                    "message": {
+                        "role": "assistant",
+                        "content": parsed.content,
+                        "refusal": None,
+                        "annotations": None,
+                        "audio": None,
+                        "function_call": None,
+                        "tool_calls": parsed.tool_calls,
+                        "reasoning": None,
+                        "reasoning_content": None,
+                    },
+                    "logprobs": _chat_logprobs(gen, f) if want_lp else None,
+                    "finish_reason": "tool_calls" if parsed.tool_calls else gen.finish_reason,
+                    "stop_reason": None,
+                    "token_ids": gen.token_ids if ids_on else None,
+                }
+                choices.append(choice)
         _, prompt_on = _ids_fields(f, bool(body.get("return_token_ids")))
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -282,39 +294,41 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
         n = int(body.get("n") or 1)
         ids_on, prompt_on = _ids_fields(f, bool(body.get("return_token_ids")))
         choices, total_out = [], 0
-        for index in range(n):
-            seed = None if s.seed is None else s.seed + index
-            gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}))
-            total_out += len(gen.token_ids)
-            text_ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
-            logprobs = None
-            if want_lp:
-                offsets, pos = [], 0
-                for tid in gen.token_ids:
-                    offsets.append(pos)
-                    pos += len(lm.token_text(tid))
-                logprobs = {
-                    "text_offset": offsets,
-                    "token_logprobs": gen.logprobs,
-                    "tokens": [_token_label(t, f) for t in gen.token_ids],
-                    # vLLM always includes the sampled token next to the top-k.
-                    "top_logprobs": [
-                        {_token_label(tid, f): lp, **{_token_label(t, f): v for t, v in top}}
-                        for tid, lp, top in zip(gen.token_ids, gen.logprobs, gen.top_logprobs)
-                    ],
-                }
-            choices.append(
-                {
-                    "index": index,
-                    "text": lm.decode(text_ids),
-                    "logprobs": logprobs,
-                    "finish_reason": gen.finish_reason,
-                    "stop_reason": None,
-                    "token_ids": gen.token_ids if ids_on else None,
-                    "prompt_logprobs": None,
-                    "prompt_token_ids": prompt_ids if prompt_on else None,
-                }
-            )
+        with metrics.request(len(prompt_ids)) as held:
+            for index in range(n):
+                seed = None if s.seed is None else s.seed + index
+                gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}))
+                total_out += len(gen.token_ids)
+                metrics.generated(held, len(gen.token_ids))
+                text_ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
+                logprobs = None
+                if want_lp:
+                    offsets, pos = [], 0
+                    for tid in gen.token_ids:
+                        offsets.append(pos)
+                        pos += len(lm.token_text(tid))
+                    logprobs = {
+                        "text_offset": offsets,
+                        "token_logprobs": gen.logprobs,
+                        "tokens": [_token_label(t, f) for t in gen.token_ids],
+                        # vLLM always includes the sampled token next to the top-k.
+                        "top_logprobs": [
+                            {_token_label(tid, f): lp, **{_token_label(t, f): v for t, v in top}}
+                            for tid, lp, top in zip(gen.token_ids, gen.logprobs, gen.top_logprobs)
+                        ],
+                    }
+                choices.append(
+                    {
+                        "index": index,
+                        "text": lm.decode(text_ids),
+                        "logprobs": logprobs,
+                        "finish_reason": gen.finish_reason,
+                        "stop_reason": None,
+                        "token_ids": gen.token_ids if ids_on else None,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": prompt_ids if prompt_on else None,
+                    }
+                )
         return {
             "id": f"cmpl-{uuid.uuid4().hex}",
             "object": "text_completion",

@@ -16,6 +16,8 @@ FAULTS = {
     "raw_logprobs": "pre-temperature logprobs (vLLM without --logprobs-mode processed_logprobs)",
     "token_strings": "ids present but logprob tokens are text, not token_id:N "
     "(vLLM without --return-tokens-as-token-ids)",
+    "fork": "every turn's prompt re-renders the conversation's start differently (as a template that renders "
+    "history by turn count): no turn extends the last, every multi-turn rollout forks",
 }
 
 
@@ -41,6 +43,26 @@ class Faults:
         doc["active"] = sorted(self.active)
         doc["known"] = FAULTS
         return doc
+
+
+def rerender_history(messages: list) -> list:
+    """The `fork` fault: mark the first message with the number of assistant turns so far.
+
+    The change must sit BEFORE the last sampled reply: TRL 1.16's reconciler (`_SampleBuilder`) treats a
+    small drift inside the last reply as a realignment, not a fork. A first message that changes with
+    every turn makes each turn's prompt diverge from everything held, so every transition forks.
+    """
+    turns = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    if not turns or not isinstance(messages[0], dict):
+        return messages
+    first = dict(messages[0])
+    marker = f" [history rendered at turn {turns + 1}]"
+    content = first.get("content")
+    if isinstance(content, list):
+        first["content"] = [*content, {"type": "text", "text": marker}]
+    else:
+        first["content"] = (content if isinstance(content, str) else "") + marker
+    return [first, *messages[1:]]
 
 
 def parse(active, slow_s=0.0, error_status=0, error_rate=1.0) -> Faults:
