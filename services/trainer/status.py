@@ -2,11 +2,12 @@
 
 status.json is small, rewritten atomically after every logged step and every checkpoint:
 
-    {"run_name", "state": starting|warming-up|training|waiting-for-rollouts|stopped|finished|failed,
-     "reason" (why it waits or stopped), "step", "max_steps",
+    {"run_name", "state": starting|warming-up|training|waiting-for-rollouts|stopped|stopped-by-rule|finished|
+     failed, "reason" (why it waits or stopped), "step", "max_steps",
      "reward_mean", "reward_std", "zero_spread_frac", "unscorable_frac", "timeout_frac",
      "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
-     "dropped_oversize_total", "last_checkpoint", "error", "updated_at", "first_step_at" (unix time)}
+     "dropped_oversize_total", "fork_frac", "step_s", "rollout_wait_s", "last_checkpoint", "error",
+     "updated_at", "first_step_at" (unix time), "stop_rule" (trainer.stop_rules, when one stopped the run)}
 
 plus, when configured: "eval" (latest periodic evaluation), "eval_baseline", "eval_state" (trainer/eval_callback.py)
 and "hub" (the Hub push state, trainer/publish.py).
@@ -40,6 +41,12 @@ METRICS = {
     "forked_rollout_frac": "harbor/forked_rollout_frac",
     # The run total (trainer.limits.DroppedSampleCounter); TRL logs only per-window counts.
     "dropped_oversize_total": "batch/dropped_oversize_cumulative",
+    # TRL's share of turn transitions that forked: the forking stop rule's figure.
+    "fork_frac": "rollout/fork_frac",
+    # Where a step's time went: its wall time, and the part the trainer sat waiting for rollouts
+    # (scripts/status reads the split: trainer-bound or rollout-bound).
+    "step_s": "perf/step_s",
+    "rollout_wait_s": "perf/rollout_wait_s",
 }
 
 

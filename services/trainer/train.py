@@ -19,13 +19,15 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
-from . import hooks, stop, weights
+from . import healthcheck, hooks, reporting, stop, weights
 from .config import Settings
 from .factory import EnvServerRunner, HarborSessionFactory
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .reward import HarborReward
 from .session import RolloutFailed
 from .status import RunStatus, StatusCallback
+from .stop_rules import StopRules
+from .stop_rules import from_env as stop_rules_from_env
 from .task_select import training_rows
 
 logger = logging.getLogger("trainer")
@@ -110,10 +112,12 @@ def _loop_owning_tokenizer(tokenizer):
     return tokenizer
 
 
-def run(s: Settings, runner=None) -> None:
+def run(s: Settings, runner=None, rules: StopRules | None = None) -> None:
     runner = runner or runner_from_settings(s)
+    rules = rules or stop_rules_from_env()
     s.run_dir.mkdir(parents=True, exist_ok=True)
     status = RunStatus(s.status_path, s.run_name, s.max_steps)
+    healthcheck.announce(s.status_path)  # the container healthcheck follows this run's status file
     resume = s.resume_from()
     status.update(state="warming-up", last_checkpoint=resume.name if resume else None)
     print(
@@ -122,8 +126,9 @@ def run(s: Settings, runner=None) -> None:
         + f"; agent step limit {s.agent_step_limit}, weight transfer {s.weight_transfer}",
         flush=True,
     )
+    print(f"trainer: {rules.describe()}", flush=True)
     try:
-        _train(s, runner, status, resume)
+        _train(s, runner, status, resume, rules)
     except stop.StopRequested as exc:
         # Before the training loop: no step to save. Not a failure: the operator stopped it.
         status.update(state="stopped", reason=str(exc))
@@ -131,12 +136,17 @@ def run(s: Settings, runner=None) -> None:
     except BaseException as exc:
         status.update(state="failed", error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
+    if rules.tripped:
+        # After train() returned: the checkpoint of the tripping step is written and on_train_end has
+        # said "finished", which this replaces. A distinct exit code, so compose shows the stop.
+        status.update(state="stopped-by-rule", stop_rule=rules.tripped.as_status())
+        print(rules.tripped.line, flush=True)
+        raise SystemExit(3)
 
 
-def _train(s: Settings, runner, status: RunStatus, resume) -> None:
-    # trackio reads its folder once, at import: set it (on the bucket) before anything imports it.
-    os.environ.setdefault("TRACKIO_DIR", str(s.dashboard_dir / "trackio"))
-    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(s.dashboard_dir / "tensorboard" / s.run_name))
+def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> None:
+    # Before anything imports trackio, which reads its folder once, at import.
+    report_to, report_args = reporting.prepare(s.report_to, s.dashboard_dir, s.run_name)
     import torch
     from transformers import AutoTokenizer
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
@@ -160,7 +170,6 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
     warm_up(runner, rows, s)
 
     cpu = cpu_form.install()
-    report_to = [] if s.report_to in ("", "none") else [s.report_to]
     config = AsyncGRPOConfig(
         output_dir=str(s.run_dir),
         run_name=s.run_name,
@@ -182,6 +191,7 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         save_total_limit=s.save_total_limit,
         logging_steps=1,
         report_to=report_to,
+        **report_args,
         dtype=s.dtype,
         bf16=s.dtype == "bfloat16",
         gradient_checkpointing=not cpu,
@@ -221,7 +231,7 @@ def _train(s: Settings, runner, status: RunStatus, resume) -> None:
         processing_class=tokenizer,
         rollout_worker=worker,
         weight_transfer=weights.build(s.weight_transfer, s.engine_url),
-        callbacks=[StatusCallback(status), stop.StopCallback()],
+        callbacks=[StatusCallback(status), stop.StopCallback(), rules.callback()],
     )
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
@@ -285,6 +295,12 @@ def main() -> int:
         for line in exc.problems:
             print(f"  {line}", file=sys.stderr)
         return 1
+    try:
+        rules = stop_rules_from_env()
+        reporting.check(s.report_to, os.environ)
+    except ValueError as exc:  # StopRuleSettingError, ReportToError: one line each
+        print(f"trainer: {exc}", file=sys.stderr)
+        return 1
     if s.train_script:
         # The override replaces this script entirely; it gets the same environment and run folder.
         import runpy
@@ -299,5 +315,5 @@ def main() -> int:
         runpy.run_path(str(path), run_name="__main__")
         return 0
     stop.install()
-    run(s)
+    run(s, rules=rules)
     return 0

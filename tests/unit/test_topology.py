@@ -173,6 +173,7 @@ def test_secrets_only_reach_the_services_that_use_them(production):
         "HF_TOKEN": {"engine", "trainer", "env-server"},
         "OPENENV_CAPTURE_ADMIN_KEY": {"env-server"},
         "HUB_TOKEN": {"trainer"},
+        "WANDB_API_KEY": {"trainer"},
     }
     for secret, services in allowed.items():
         have = {n for n, s in production["services"].items() if secret in (s.get("environment") or {})}

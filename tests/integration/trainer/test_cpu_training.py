@@ -7,8 +7,9 @@ Runs in the trainer image (torch, TRL, the mock engine):
 Rollouts: a scripted multi-turn agent (scripted_agent.py) whose every model call goes through the capture
 proxy; the trainer trains on the proxy's captures fed through OpenEnv's contract. Weight sync: the mock
 engine's backend (WEIGHT_TRANSFER=mock). Shows: checkpoints on the bucket, the engine's logprobs change
-after the sync, one training row per multi-turn rollout (no forking), and a restart with the same run
-name resuming at the next step.
+after the sync, one training row per multi-turn rollout (no forking), a restart with the same run
+name resuming at the next step, and a run made 100% forked (the mock's `fork` fault) stopped by the
+forking stop rule with a checkpoint and its one line.
 """
 
 import json
@@ -108,7 +109,7 @@ def first_token_logprobs(engine_url, model):
     )
 
 
-def train(stack, max_steps):
+def train(stack, max_steps, run=RUN, extra_env=None, expect_rc=0):
     bucket = stack["bucket"]
     bucket.mkdir(exist_ok=True)
     env = {
@@ -125,7 +126,7 @@ def train(stack, max_steps):
         "COMPOSE_PROFILES": "",
         "DATASETS": "local",
         "MIN_FREE_DISK_GB": "0",
-        "RUN_NAME": RUN,
+        "RUN_NAME": run,
         "MAX_STEPS": str(max_steps),
         "NUM_GENERATIONS": "4",
         "PER_DEVICE_TRAIN_BATCH_SIZE": "4",
@@ -136,6 +137,7 @@ def train(stack, max_steps):
         "MAX_COMPLETION_TOKENS": "128",
         "AGENT_STEP_LIMIT": "3",
         "REPORT_TO": "tensorboard",
+        **(extra_env or {}),
     }
     out = subprocess.run(
         [sys.executable, str(HERE / "run_trainer.py"), stack["capture"]],
@@ -144,10 +146,10 @@ def train(stack, max_steps):
         text=True,
         timeout=540,
     )
-    (stack["work"] / f"trainer-{max_steps}.log").write_text(out.stdout + out.stderr)
+    (stack["work"] / f"trainer-{run}-{max_steps}.log").write_text(out.stdout + out.stderr)
     text = out.stdout + out.stderr
     first_error = text[text.find("Traceback") :][:5000] if "Traceback" in text else ""
-    assert out.returncode == 0, first_error + "\n...\n" + text[-3000:]
+    assert out.returncode == expect_rc, first_error + "\n...\n" + text[-3000:]
     return out.stdout + out.stderr
 
 
@@ -185,3 +187,43 @@ def test_two_steps_then_resume(stack):
     state = json.loads((run_dir / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     assert json.loads((run_dir / "status.json").read_text())["step"] == 3
+
+
+def test_a_fully_forked_run_stops_by_rule_with_a_checkpoint_and_one_line(stack):
+    """The mock's `fork` fault re-renders every turn's conversation start, as a template that renders
+    history differently would: TRL's reconciler forks every transition. The forking stop rule must end
+    the run at the end of its window, with a checkpoint of that step (SAVE_STEPS never reached) and one
+    line naming the rule, the figures and the fix."""
+    run, window = "cpu-forked", 2
+    httpx.post(stack["engine"] + "/mock/faults", json={"active": ["fork"]}, timeout=10).raise_for_status()
+    try:
+        log = train(
+            stack,
+            max_steps=8,
+            run=run,
+            extra_env={"STOP_WINDOW_STEPS": str(window), "SAVE_STEPS": "100"},
+            expect_rc=3,
+        )
+    finally:
+        httpx.post(stack["engine"] + "/mock/faults", json={"active": []}, timeout=10).raise_for_status()
+    run_dir = stack["bucket"] / "checkpoints" / run
+    status = json.loads((run_dir / "status.json").read_text())
+    rule = status["stop_rule"]
+    step = rule["step"]
+    assert status["state"] == "stopped-by-rule" and rule["rule"] == "STOP_FORKING_FRAC", status
+    # Every logged window with a turn transition forked all of them; windows without one do not count.
+    assert rule["window"] == [1.0] * window and window <= step < 8 and status["step"] == step, status
+    # TRL's own tally is the tell that sees this forking. Measured on this run: harbor/forked_rollout_frac
+    # (rollouts that became more than one trained row) read 0.0, so a rule on rows per rollout would miss it.
+    assert status["fork_frac"] == 1.0, status
+    lines = [ln for ln in log.splitlines() if "STOPPED by rule" in ln]
+    assert lines == [
+        f"trainer: STOPPED by rule STOP_FORKING_FRAC at step {step}: 100% of turn transitions forked (re-rendered "
+        f"prompts) over the last {window} steps (100%, 100%), threshold 50%. Checkpoint saved; fix: the engine or "
+        "chat template re-renders what it sampled: check the engine's capture level (scripts/status) and the chat "
+        "template (REASONING_PARSER, CHAT_TEMPLATE_KWARGS); then resume with RUN_NAME (or set STOP_FORKING_FRAC=off)"
+    ], lines
+    checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*"))
+    assert checkpoints == [f"checkpoint-{step}"], checkpoints
+    state = json.loads((run_dir / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    assert state["global_step"] == step and status["last_checkpoint"] == f"checkpoint-{step}"
