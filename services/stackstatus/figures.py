@@ -1,0 +1,42 @@
+"""The engine's and the tunnel's figures, by their exporters' own metric names.
+
+vLLM 0.31.0 (`vllm/v1/metrics/loggers.py`): `vllm:num_requests_running`, `vllm:num_requests_waiting`,
+`vllm:kv_cache_usage_perc` (a fraction, 0..1) and the counter `vllm:generation_tokens_total`, whose rate
+over two scrapes is the generation throughput. The mock engine serves the same names.
+cloudflared 2026.7.1 (`proxy/metrics.go`, namespace `cloudflared`, subsystem `tunnel`):
+`cloudflared_tunnel_ha_connections`, the edge connections registered right now (0: the tunnel is not
+connected, whatever its process says). The tunnel stand-in serves the same gauge.
+"""
+
+from __future__ import annotations
+
+ENGINE = {
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "generation_tokens_total": "vllm:generation_tokens_total",
+}
+EDGE_CONNECTIONS = "cloudflared_tunnel_ha_connections"
+
+
+def engine(first: dict[str, float], second: dict[str, float], interval_s: float) -> dict:
+    """Gauges from the second scrape; throughput from the counter's change between the two."""
+    figures = {key: second.get(name) for key, name in ENGINE.items()}
+    before, after = first.get(ENGINE["generation_tokens_total"]), second.get(ENGINE["generation_tokens_total"])
+    figures["generation_tok_s"] = (
+        round((after - before) / interval_s, 1) if before is not None and after is not None and interval_s > 0 else None
+    )
+    figures["interval_s"] = interval_s
+    return figures
+
+
+def describe_engine(f: dict) -> str:
+    if f.get("running") is None:
+        return "engine metrics unavailable"
+
+    def n(key):
+        return "?" if f.get(key) is None else f"{f[key]:.0f}"
+
+    kv = "?" if f.get("kv_cache_usage") is None else f"{100 * f['kv_cache_usage']:.0f}%"
+    tok = "?" if f.get("generation_tok_s") is None else f"{f['generation_tok_s']:.1f}"
+    return f"engine {n('running')} running, {n('waiting')} waiting, KV cache {kv}, {tok} tok/s generated"

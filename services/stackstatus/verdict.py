@@ -1,0 +1,56 @@
+"""The one line `scripts/status` ends with: where the night's time goes, with the figures behind it.
+
+A step's wall time (`perf/step_s`) splits into the part the trainer sat blocked on an empty rollout
+queue (`perf/rollout_wait_s`, TRL's own measure) and the rest, its own compute and weight sync:
+
+- wait under half the step: TRAINER-BOUND (more rollouts in flight would only queue);
+- wait over half and the engine queues requests (`vllm:num_requests_waiting` > 0) or its KV cache is
+  nearly full: ENGINE-BOUND (the engine is the queue the rollouts stand in);
+- wait over half and the engine has no queue: SANDBOX-BOUND (rollouts spend their time in sandboxes and
+  agents, not in generation: sandbox start-up, tool runs, verifiers).
+
+Before that, what stops the time going anywhere: a URL the env server no longer trusts (every rollout
+refused), a trainer that is not training, a tunnel with no edge connection.
+"""
+
+from __future__ import annotations
+
+from .figures import describe_engine
+
+KV_FULL = 0.9
+WAIT_SHARE = 0.5
+
+
+def verdict(training: dict, engine: dict, trust: tuple[bool, str], edge_connections: float | None, inflight) -> str:
+    trusted, why = trust
+    eng = describe_engine(engine)
+    if not trusted:
+        return f"verdict: ROLLOUTS REFUSED: the capture URL is not trusted ({why}); {eng}"
+    if edge_connections is not None and edge_connections < 1:
+        return f"verdict: TUNNEL DOWN: 0 registered edge connections, sandboxes cannot reach the proxy; {eng}"
+    state = training.get("state")
+    if state in ("failed", "stopped-by-rule"):
+        why = (training.get("stop_rule") or {}).get("message") or training.get("error") or ""
+        return f"verdict: trainer {state} at step {training.get('step')}" + (f": {why}" if why else "") + f"; {eng}"
+    bound = _where(training, engine, eng, inflight)
+    if state == "finished":
+        return f"verdict: trainer finished at step {training.get('step')}; its last step was " + (
+            bound or f"not timed; {eng}"
+        )
+    return "verdict: " + (
+        bound or f"no step timed yet (trainer {state or 'not started'}); {eng}; {inflight} sandboxes in flight"
+    )
+
+
+def _where(training: dict, engine: dict, eng: str, inflight) -> str | None:
+    step_s, wait_s = training.get("step_s"), training.get("rollout_wait_s")
+    if not step_s or wait_s is None:
+        return None
+    share = min(1.0, wait_s / step_s)
+    split = f"the trainer waited {wait_s:.0f} s of its {step_s:.0f} s step for rollouts ({100 * share:.0f}%)"
+    if share < WAIT_SHARE:
+        return f"TRAINER-BOUND: {split}; the rest is its own step; {eng}"
+    waiting, kv = engine.get("waiting") or 0, engine.get("kv_cache_usage") or 0
+    if waiting > 0 or kv >= KV_FULL:
+        return f"ENGINE-BOUND: {split}; the engine queues: {eng}"
+    return f"SANDBOX-BOUND: {split} while the engine has no queue ({eng}); {inflight} sandboxes in flight"
