@@ -29,8 +29,10 @@ def verdict(training: dict, engine: dict, trust: tuple[bool, str], edge_connecti
     if edge_connections is not None and edge_connections < 1:
         return f"verdict: TUNNEL DOWN: 0 registered edge connections, sandboxes cannot reach the proxy; {eng}"
     state = training.get("state")
-    if state in ("failed", "stopped-by-rule"):
-        why = (training.get("stop_rule") or {}).get("message") or training.get("error") or ""
+    if state == "waiting-for-rollouts":
+        return f"verdict: ROLLOUTS REFUSED: the trainer waits for rollouts ({training.get('reason') or 'no reason'}); {eng}"
+    if state in ("failed", "stopped-by-rule", "stopped"):
+        why = (training.get("stop_rule") or {}).get("message") or training.get("error") or training.get("reason") or ""
         return f"verdict: trainer {state} at step {training.get('step')}" + (f": {why}" if why else "") + f"; {eng}"
     bound = _where(training, engine, eng, inflight)
     if state == "finished":

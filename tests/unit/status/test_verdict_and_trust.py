@@ -97,6 +97,10 @@ def test_verdict_names_what_stops_the_time_going_anywhere_first():
     assert verdict(stopped, {}, TRUSTED, None, 0) == (
         "verdict: trainer stopped-by-rule at step 5: trainer: STOPPED by rule X; engine metrics unavailable"
     )
+    waiting = {"state": "waiting-for-rollouts", "reason": "env server unreachable"}
+    assert verdict(waiting, ENGINE, TRUSTED, 4, 0).startswith(
+        "verdict: ROLLOUTS REFUSED: the trainer waits for rollouts (env server unreachable); engine 5 running"
+    )
     finished = {"state": "finished", "step": 2, "step_s": 60.0, "rollout_wait_s": 50.0}
     assert verdict(finished, ENGINE, TRUSTED, 1, 0).startswith(
         "verdict: trainer finished at step 2; its last step was SANDBOX-BOUND: the trainer waited 50 s of its 60 s"
