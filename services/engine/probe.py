@@ -7,6 +7,12 @@ completion and checks what capture needs: top-level `prompt_token_ids`, per-choi
 logprob entry per sampled id whose token reads `token_id:<that id>`; then that logprobs follow the
 request's temperature (processed, not raw). Each failure names the flag that fixes it.
 
+The temperature test pins the sampling it needs. vLLM applies the model's generation config to every
+request that leaves a field unset (Qwen3: top_k 20, top_p 0.95), which can cut the probe's runner-up token
+to -9999; the gap is then unmeasurable, and an unmeasurable gap used to pass as "unknown". Now the probe
+sends top_k/top_p/min_p that truncate nothing, and a gap it still cannot measure is UNHEALTHY unless the
+operator accepted that very model by name (ENGINE_LOGPROBS_UNPROVEN_OK=<served model id>).
+
 Stdlib only: it runs inside the vLLM image (which may lack requests) and inside the mock engine's.
 Usage: python3 -m engine.probe [BASE_URL]   (default http://$ENGINE_HOST:$ENGINE_PORT). Exit 0 healthy, 1 not.
 """
@@ -16,13 +22,24 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 FLAG_IDS = "--return-tokens-as-token-ids"
 FLAG_PROCESSED = "--logprobs-mode processed_logprobs"
 # Above this a logprob is an engine sentinel for -inf (vLLM uses -9999), not a measurement.
 _SENTINEL = 100.0
+# Sampling that truncates nothing, so a generation config cannot mask the runner-up token. vLLM 0.31
+# reads top_k 0 (or -1) as "all tokens", top_p 1 and min_p 0 as off, repetition_penalty 1 as none; an
+# explicit field wins over the generation config's default. Same values as the trainer's policy.
+UNTRUNCATED = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0}
+UNPROVEN_OK = "ENGINE_LOGPROBS_UNPROVEN_OK"
+# The model this engine container has proven processed logprobs for (healthchecks are fresh processes).
+PROVEN_FILE = Path(tempfile.gettempdir()) / "asyncgrpo-engine-logprobs-proven"
+# A top-two gap below this is noise to divide by (OpenEnv's validate_llm uses the same bound).
+_MIN_GAP = 0.5
 
 
 class Unhealthy(Exception):
@@ -86,18 +103,25 @@ def grade_completion(payload: dict) -> list[str]:
     return problems
 
 
-def top_two_gap(payload: dict) -> float | None:
-    """Gap between the two best logprobs at the first position, or None when unmeasurable."""
+def measure_gap(payload: dict) -> tuple[float | None, str]:
+    """(gap between the two best logprobs at the first position, "") or (None, why it is unmeasurable)."""
     entries = ((payload.get("choices") or [{}])[0].get("logprobs") or {}).get("content") or []
     if not entries:
-        return None
+        return None, "no logprobs came back"
     values = sorted(
         (float(t["logprob"]) for t in (entries[0] or {}).get("top_logprobs") or [] if t.get("logprob") is not None),
         reverse=True,
     )
-    if len(values) < 2 or abs(values[1]) > _SENTINEL:
-        return None
-    return values[0] - values[1]
+    if len(values) < 2:
+        return None, "fewer than two top_logprobs came back"
+    if abs(values[1]) > _SENTINEL:
+        return None, f"the runner-up token is masked (logprob {values[1]:g}: the distribution was truncated)"
+    return values[0] - values[1], ""
+
+
+def top_two_gap(payload: dict) -> float | None:
+    """Gap between the two best logprobs at the first position, or None when unmeasurable."""
+    return measure_gap(payload)[0]
 
 
 def logprobs_mode(gap_cool: float | None, gap_hot: float | None, cool: float = 1.0, hot: float = 2.0) -> str:
@@ -105,13 +129,28 @@ def logprobs_mode(gap_cool: float | None, gap_hot: float | None, cool: float = 1
 
     Same method as OpenEnv's validate_llm, so the healthcheck and the env server's probe cannot disagree.
     """
-    if gap_cool is None or gap_hot is None or gap_cool < 0.5:
+    if gap_cool is None or gap_hot is None or gap_cool < _MIN_GAP:
         return "unknown"
     ratio = gap_hot / gap_cool
     return "raw" if abs(ratio - 1.0) < abs(ratio - cool / hot) else "processed"
 
 
-def probe(base: str, timeout: float = 20.0) -> str:
+def unproven(model: str, why: str, accepted_for: str, proven_before: bool = False) -> str:
+    """The verdict on a model whose processed logprobs could not be measured; raises unless accepted by name
+    or already proven for this model by this engine (the mode is a launch flag; the weights change)."""
+    if proven_before:
+        return f"logprobs mode processed (proven earlier for this engine; unmeasurable now: {why})"
+    if accepted_for.strip() == model:
+        return f"logprobs mode UNPROVEN ({why}), accepted for this model by {UNPROVEN_OK}={model}"
+    raise Unhealthy(
+        f"processed logprobs not proven for {model}: {why}, at temperature 1.0 and 2.0 with top_k/top_p/min_p "
+        f"pinned off. Raw logprobs would give every step a wrong importance ratio: check that `vllm serve` runs "
+        f"with {FLAG_PROCESSED} (`docker compose logs engine | head -3`), then accept this model with "
+        f"{UNPROVEN_OK}={model} in .env"
+    )
+
+
+def probe(base: str, timeout: float = 20.0, accepted_for: str = "", proven_file: Path | None = None) -> str:
     """One-line verdict when healthy; raises Unhealthy with the reason otherwise."""
     base = base.rstrip("/")
     if base.endswith("/v1"):
@@ -133,7 +172,8 @@ def probe(base: str, timeout: float = 20.0) -> str:
     problems = grade_completion(payload)
     if problems:
         raise Unhealthy("; ".join(problems))
-    gaps = []
+    gaps: list[float | None] = []
+    why = ""
     for temperature in (1.0, 2.0):
         one = {
             "model": model,
@@ -142,19 +182,46 @@ def probe(base: str, timeout: float = 20.0) -> str:
             "temperature": temperature,
             "logprobs": True,
             "top_logprobs": 5,
+            **UNTRUNCATED,
         }
-        gaps.append(top_two_gap(_request(f"{base}/v1/chat/completions", one, timeout)))
+        gap, reason = measure_gap(_request(f"{base}/v1/chat/completions", one, timeout))
+        gaps.append(gap)
+        why = why or (f"{reason} at temperature {temperature:g}" if reason else "")
     mode = logprobs_mode(*gaps)
     if mode == "raw":
         raise Unhealthy(
             f"logprobs did not change between temperature 1.0 and 2.0 (raw, pre-temperature): start vLLM with "
             f"{FLAG_PROCESSED}"
         )
+    if mode == "unknown":
+        why = why or f"the top-two gap is {gaps[0]:.3f} at temperature 1 (a flat distribution; need >= {_MIN_GAP})"
+        verdict = unproven(model, why, accepted_for, _read(proven_file) == model)
+    else:
+        verdict = f"logprobs mode {mode}"
+        # Training moves the weights, and with them the gap this measures; the mode itself is the engine's
+        # launch flag. Remembered per engine container, so a gap that drifts flat mid-run stays healthy.
+        _write(proven_file, model)
     n_ids = len(payload["choices"][0]["token_ids"])
     return (
         f"engine healthy: {model} returned {len(payload['prompt_token_ids'])} prompt ids, {n_ids} sampled ids "
-        f"with aligned token_id logprobs; logprobs mode {mode}"
+        f"with aligned token_id logprobs; {verdict}"
     )
+
+
+def _read(path: Path | None) -> str:
+    try:
+        return path.read_text().strip() if path else ""
+    except OSError:
+        return ""
+
+
+def _write(path: Path | None, model: str) -> None:
+    if path is None:
+        return
+    try:
+        path.write_text(model)
+    except OSError:
+        pass  # a read-only /tmp only costs the memory, never the verdict
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     host = os.environ.get("ENGINE_HOST") or "127.0.0.1"
     base = argv[0] if argv else f"http://{host}:{os.environ.get('ENGINE_PORT') or '8001'}"
     try:
-        print(probe(base))
+        print(probe(base, accepted_for=os.environ.get(UNPROVEN_OK) or "", proven_file=PROVEN_FILE))
         return 0
     except Unhealthy as exc:
         print(f"engine UNHEALTHY: {exc}")

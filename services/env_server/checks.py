@@ -204,6 +204,7 @@ class EngineStatus:
     model: str = ""
     capture_level: str = ""
     rollout_type: str = ""
+    logprobs_mode: str = ""
     detail: str = ""
     findings: list[str] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
@@ -215,7 +216,21 @@ class EngineStatus:
                 "re-probes its engine. If it never comes up, start the engine service or fix ENGINE_URL"
             )
         tier = "TRAIN" if self.rollout_type == "train" else "EVAL ONLY"
-        return f"engine    {self.url} model={self.model} capture_level={self.capture_level} [{tier}]"
+        line = f"engine    {self.url} model={self.model} capture_level={self.capture_level} [{tier}]"
+        if self.capture_level == "tokens":
+            line += f" logprobs={self.logprobs_mode or 'not measured'}"
+        return line
+
+    def unproven_line(self) -> str | None:
+        """Said plainly when OpenEnv's probe could not tell processed from raw logprobs (it passes then)."""
+        if self.capture_level != "tokens" or self.logprobs_mode in ("processed", "raw"):
+            return None
+        return (
+            "          logprobs UNPROVEN by OpenEnv's probe: it leaves top_k/top_p to the model's generation "
+            "config, which can mask the runner-up token it measures. The engine's healthcheck pins them and "
+            "gates the trainer: `docker compose ps engine` healthy means proven (or accepted by name with "
+            "ENGINE_LOGPROBS_UNPROVEN_OK)"
+        )
 
 
 def engine_reachable(url: str, timeout: float = 5.0) -> tuple[bool, str, list[str]]:
@@ -259,6 +274,7 @@ def probe_engine(url: str, model: str, timeout: float = 5.0) -> EngineStatus:
         model=report.model or model,
         capture_level=report.capture_level or "text",
         rollout_type=report.rollout_type or "eval",
+        logprobs_mode=report.logprobs_mode or "",
         detail="" if report.reachable else "probe got no answer",
         findings=[str(f) for f in report.findings if not str(f).startswith("[INFO]")],
         report={

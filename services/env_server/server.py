@@ -165,6 +165,8 @@ def main() -> None:
     engine = checks.probe_engine(settings.engine_url, settings.model)
     lines.append(engine.line())
     lines += [f"          {f}" for f in engine.findings]
+    if engine.unproven_line():
+        lines.append(engine.unproven_line())
 
     from openenv.harbor.capabilities import capabilities
     from openenv.harbor.serving import HarborService

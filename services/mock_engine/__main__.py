@@ -1,7 +1,9 @@
 """Serve the mock engine: `python -m mock_engine` (127.0.0.1:$ENGINE_PORT).
 
 Environment:
-  MOCK_MODEL_DIR         HF folder built by `python -m mock_engine.build_model` (default /app/models/tiny-agent)
+  MOCK_MODEL_DIR         HF folder built by `python -m mock_engine.build_model` (default /app/models/tiny-agent);
+                         its generation_config.json's top_k/top_p/min_p become defaults for requests that
+                         leave them unset, as vLLM applies a model's generation config
   MODEL                  served model name (default: MOCK_MODEL_DIR), what clients put in `model`
   ENGINE_HOST/ENGINE_PORT  bind address (default 127.0.0.1:8001); only loopback is accepted
   MOCK_MAX_MODEL_LEN     max_model_len (default: ENGINE_MAX_MODEL_LEN, else 32768)
@@ -55,7 +57,7 @@ def main() -> None:
     import torch
     import uvicorn
 
-    from mock_engine.app import Settings, create_app
+    from mock_engine.app import Settings, create_app, generation_defaults
     from mock_engine.lm import TinyLM
 
     torch.set_num_threads(int(os.environ.get("MOCK_TORCH_THREADS") or 1))
@@ -65,12 +67,14 @@ def main() -> None:
         max_model_len=_int("MOCK_MAX_MODEL_LEN", os.environ.get("ENGINE_MAX_MODEL_LEN") or "32768"),
         max_new_tokens=_int("MOCK_MAX_NEW_TOKENS", "256"),
         max_num_seqs=_int("MOCK_MAX_NUM_SEQS", "8"),
+        sampling_defaults=generation_defaults(model_dir),
     )
     lm = TinyLM(model_dir, settings.max_model_len, settings.max_new_tokens)
     app = create_app(settings, lm, scripted, active)
     print(
         f"mock_engine: serving {settings.served_name} on http://{host}:{port} "
-        f"(script: {os.environ.get('MOCK_SCRIPT_FILE') or 'off'}, faults: {sorted(active.active) or 'none'})",
+        f"(script: {os.environ.get('MOCK_SCRIPT_FILE') or 'off'}, faults: {sorted(active.active) or 'none'}, "
+        f"generation-config sampling defaults: {settings.sampling_defaults or 'none'})",
         flush=True,
     )
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("MOCK_LOG_LEVEL", "warning"))

@@ -9,9 +9,11 @@ generated text. Streaming is not offered (OpenEnv's capture proxy calls the engi
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -22,6 +24,21 @@ from mock_engine.lm import Generation, Sampling, TinyLM, WeightUpdateError
 from mock_engine.metrics import EngineMetrics
 from mock_engine.script import Script
 
+# The generation-config fields vLLM 0.31 (`--generation-config auto`, the default) turns into default
+# sampling for requests that leave them unset: the ones that truncate the distribution.
+GENERATION_DEFAULTS = ("top_k", "top_p", "min_p")
+
+
+def generation_defaults(model_dir: str) -> dict:
+    """What the model folder's generation_config.json sets of GENERATION_DEFAULTS (vLLM reads only the
+    fields the file states, not transformers' class defaults such as top_k=50)."""
+    path = Path(model_dir) / "generation_config.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: doc[k] for k in GENERATION_DEFAULTS if doc.get(k) is not None}
+
 
 @dataclass
 class Settings:
@@ -31,6 +48,8 @@ class Settings:
     max_new_tokens: int
     # vLLM's --max-num-seqs: generations admitted at once; more wait (vllm:num_requests_waiting).
     max_num_seqs: int = 8
+    # Applied to requests that do not set them, as vLLM applies the model's generation config.
+    sampling_defaults: dict = field(default_factory=dict)
 
 
 class BadRequest(Exception):
@@ -127,6 +146,7 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                 f"({requested} > {settings.max_model_len} - {prompt_len})."
             )
         max_tokens = min(int(requested) if requested is not None else room, settings.max_new_tokens)
+        body = {**settings.sampling_defaults, **{k: v for k, v in body.items() if v is not None}}
         try:
             return Sampling(
                 max_tokens=max(max_tokens, 1),

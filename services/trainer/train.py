@@ -233,6 +233,10 @@ def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> 
         weight_transfer=weights.build(s.weight_transfer, s.engine_url),
         callbacks=[StatusCallback(status), stop.StopCallback(), rules.callback()],
     )
+    if trainer.weight_transfer is not None:
+        # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag);
+        # wrapping TRL's own client (or the mock's) reports the first sync and names its transport on failure.
+        trainer.weight_transfer = weights.FirstSync(trainer.weight_transfer, s.weight_transfer, os.environ)
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
     trainer.callback_handler.callbacks.insert(0, dropped.callback())

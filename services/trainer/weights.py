@@ -1,13 +1,27 @@
-"""How new weights reach the engine after each optimizer step (WEIGHT_TRANSFER).
+"""How new weights reach the engine after each optimizer step (WEIGHT_TRANSFER), and what the operator
+sees of the first sync.
 
 - `nccl` (GPU): TRL's own `WeightTransferClient`, built by the trainer against ENGINE_URL (vLLM's NCCL
-  weight-transfer engine; the engine runs with VLLM_SERVER_DEV_MODE=1).
+  weight-transfer engine; the engine runs with VLLM_SERVER_DEV_MODE=1). The transport between the two
+  containers is compose.yaml's `x-nccl-env` (shared memory by default: P2P across containers that each
+  see one GPU can fail at the first sync).
 - `mock` (CPU form): the mock engine's backend, `mock_engine.weight_client`, which exposes the same five
   methods AsyncGRPO calls (`init_weight_transfer/pause/send_weights/resume/destroy`). Same trainer code
   otherwise.
+
+Whichever backend, `FirstSync` wraps it: the first sync is where a wrong transport shows (every later
+sync repeats what worked), so it is timed and printed, and its failure becomes one line that names the
+transport setting instead of a TRL traceback ending in "unhandled cuda error".
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+# What decides the NCCL transport and rendezvous; compose sets them identically on both containers.
+TRANSPORT_VARS = ("NCCL_P2P_DISABLE", "NCCL_CUMEM_ENABLE", "VLLM_HOST_IP", "NCCL_SOCKET_IFNAME")
+SAFE_DEFAULT = "NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0"
 
 
 def build(mode: str, engine_url: str):
@@ -18,3 +32,111 @@ def build(mode: str, engine_url: str):
     from mock_engine.weight_client import MockWeightTransfer
 
     return MockWeightTransfer(engine_url)
+
+
+def describe_transport(mode: str, env: Mapping[str, str]) -> str:
+    if mode != "nccl":
+        return f"{mode} (the mock engine's HTTP backend)"
+    return " ".join(f"{name}={env.get(name) or '(unset)'}" for name in TRANSPORT_VARS)
+
+
+def transport_advice(mode: str, env: Mapping[str, str]) -> str:
+    """What to change, given the transport that just failed."""
+    if mode != "nccl":
+        return "see `docker compose logs engine` for the engine's side"
+    p2p_off = (env.get("NCCL_P2P_DISABLE") or "").strip() == "1"
+    cumem_off = (env.get("NCCL_CUMEM_ENABLE") or "").strip() == "0"
+    if not p2p_off:
+        return (
+            "peer-to-peer between two containers that each see one GPU fails on many hosts (NCCL issue #1647): "
+            f"set {SAFE_DEFAULT} in .env (shared memory, 0.229 s per 2.8 GB sync)"
+        )
+    if not cumem_off:
+        return (
+            "NCCL_P2P_DISABLE=1 without NCCL_CUMEM_ENABLE=0 failed vLLM's group init when measured: "
+            f"set {SAFE_DEFAULT} in .env"
+        )
+    return (
+        "this is the shared-memory transport: both containers need `ipc: host` and the same NCCL_* values "
+        "(compose.yaml's x-nccl-env gives them both); NCCL's INIT lines in `docker compose logs trainer engine` "
+        "name the channel that failed"
+    )
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = {id(exc)}
+    while (exc.__cause__ or exc.__context__) is not None and id(exc.__cause__ or exc.__context__) not in seen:
+        exc = exc.__cause__ or exc.__context__
+        seen.add(id(exc))
+    return exc
+
+
+def failure_line(phase: str, exc: BaseException, mode: str, env: Mapping[str, str]) -> str:
+    root = _root_cause(exc)
+    detail = " ".join(f"{type(root).__name__}: {root}".split())[:300]
+    return (
+        f"trainer: the first weight sync to the engine failed while {phase} ({detail}); "
+        f"transport {describe_transport(mode, env)}: {transport_advice(mode, env)}"
+    )
+
+
+class FirstSyncFailed(SystemExit):
+    """Exits the trainer with the one line (SystemExit prints it without a traceback)."""
+
+
+class FirstSync:
+    """Any AsyncGRPO weight-transfer backend, with its first sync reported.
+
+    TRL 1.16.0 (`async_grpo_trainer.py`, read at that tag) calls `init_weight_transfer()` once on train
+    begin, then `pause()`, `send_weights(iterator)`, `resume()` for the cold sync before any rollout is
+    started, and again after every optimizer step; `destroy()` on train end. Everything up to the end of
+    that first `resume()` is "the first sync" here.
+    """
+
+    def __init__(
+        self, inner, mode: str, env: Mapping[str, str], say: Callable[[str], None] = lambda s: print(s, flush=True)
+    ):
+        self.inner = inner
+        self.mode = mode
+        self.env = env
+        self.say = say
+        self.done = False
+        self.setup_s: float | None = None
+        self.send_s: float | None = None
+
+    def _first(self, phase: str, call: Callable[[], object]):
+        if self.done:
+            return call()
+        try:
+            return call()
+        except Exception as exc:
+            raise FirstSyncFailed(failure_line(phase, exc, self.mode, self.env)) from exc
+
+    def init_weight_transfer(self) -> None:
+        self.say(
+            f"trainer: weight transfer {self.mode}, transport {describe_transport(self.mode, self.env)}"
+            + ("; NCCL's own init lines follow (NCCL_DEBUG)" if self.mode == "nccl" else "")
+        )
+        t0 = time.monotonic()
+        self._first("setting up the weight-transfer group", self.inner.init_weight_transfer)
+        self.setup_s = time.monotonic() - t0
+
+    def pause(self) -> None:
+        self._first("pausing the engine", self.inner.pause)
+
+    def send_weights(self, iterator) -> None:
+        t0 = time.monotonic()
+        self._first("sending the weights", lambda: self.inner.send_weights(iterator))
+        if not self.done:
+            self.send_s = time.monotonic() - t0
+
+    def resume(self) -> None:
+        self._first("resuming the engine", self.inner.resume)
+        if not self.done:
+            self.done = True
+            setup = "-" if self.setup_s is None else f"{self.setup_s:.2f} s"
+            send = "-" if self.send_s is None else f"{self.send_s:.3f} s"
+            self.say(f"trainer: first weight sync done: group set up in {setup}, weights sent in {send}")
+
+    def destroy(self) -> None:
+        self.inner.destroy()

@@ -223,3 +223,43 @@ def test_stateless_services_restart_and_stateful_ones_do_not(config):
         assert services[name]["restart"] == "unless-stopped", name
     for name in ("engine", "trainer", "preflight"):
         assert services[name]["restart"] == "no", name
+
+
+# The engine-trainer NCCL transport, as measured safe when each container sees only its own GPU
+# (compose.yaml's x-nccl-env says why each value): P2P and cuMem off together, rendezvous on loopback.
+SAFE_TRANSPORT = {
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_CUMEM_ENABLE": "0",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "NCCL_SOCKET_IFNAME": "lo",
+}
+
+
+def _nccl_env(svc: dict) -> dict:
+    env = svc.get("environment") or {}
+    return {k: v for k, v in env.items() if k.startswith("NCCL_") or k == "VLLM_HOST_IP"}
+
+
+def test_nccl_transport_is_explicit_and_the_same_on_both_sides(production):
+    engine, trainer = (_nccl_env(production["services"][n]) for n in ("engine", "trainer"))
+    for name, env in (("engine", engine), ("trainer", trainer)):
+        got = {k: env.get(k) for k in SAFE_TRANSPORT}
+        assert got == SAFE_TRANSPORT, f"{name}: NCCL transport {got}, safe default is {SAFE_TRANSPORT}"
+        assert (env.get("NCCL_DEBUG"), env.get("NCCL_DEBUG_SUBSYS")) == ("INFO", "INIT,ENV"), name
+    assert engine == trainer, "the engine and the trainer must take the same NCCL transport"
+
+
+def test_the_p2p_switch_moves_both_sides_together():
+    cfg = compose_config("compose.yaml", env={"NCCL_P2P_DISABLE": "0", "NCCL_CUMEM_ENABLE": "1"})
+    for name in ("engine", "trainer"):
+        env = _nccl_env(cfg["services"][name])
+        assert (env["NCCL_P2P_DISABLE"], env["NCCL_CUMEM_ENABLE"]) == ("0", "1"), name
+        assert env["VLLM_HOST_IP"] == "127.0.0.1", f"{name}: the switch must not move the rendezvous"
+
+
+def test_the_rendezvous_stays_on_loopback_whatever_the_env_file_says():
+    """VLLM_HOST_IP is not an operator variable: an .env that sets it must not move the rendezvous."""
+    cfg = compose_config("compose.yaml", env={"VLLM_HOST_IP": "10.0.0.5", "NCCL_SOCKET_IFNAME": "eth0"})
+    for name in ("engine", "trainer"):
+        env = _nccl_env(cfg["services"][name])
+        assert (env["VLLM_HOST_IP"], env["NCCL_SOCKET_IFNAME"]) == ("127.0.0.1", "lo"), name

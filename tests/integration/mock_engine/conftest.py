@@ -8,8 +8,10 @@ image predates it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,10 +42,9 @@ def model_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def engine(tmp_path_factory, model_dir) -> str:
-    """Base URL (no /v1) of a running mock engine with scripted mode on (prob 0.5)."""
-    work = tmp_path_factory.mktemp("mock-engine")
+@contextlib.contextmanager
+def serve(model_dir: Path, work: Path, **extra_env: str):
+    """A mock engine process on a free loopback port; yields its base URL (no /v1)."""
     script = work / "scripted-actions.json"
     script.write_text(json.dumps([{"match": SCRIPT_MATCH, "actions": SCRIPT_ACTIONS}]))
     port = free_port()
@@ -58,6 +59,7 @@ def engine(tmp_path_factory, model_dir) -> str:
         "MOCK_MAX_NEW_TOKENS": "48",
         "MOCK_OFF_SCRIPT": "command",
         "MOCK_FAULTS": "",
+        **extra_env,
     }
     log = work / "engine.log"
     with log.open("w") as fh:
@@ -79,6 +81,26 @@ def engine(tmp_path_factory, model_dir) -> str:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory, model_dir) -> str:
+    """Base URL (no /v1) of a running mock engine with scripted mode on (prob 0.5)."""
+    with serve(model_dir, tmp_path_factory.mktemp("mock-engine")) as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def engine_with_generation_config(tmp_path_factory, model_dir) -> str:
+    """The same engine on a copy of the model whose generation_config.json sets top_k 1 (the runner-up
+    is always cut, where Qwen3's top_k 20 / top_p 0.95 cut it only when the top token is confident)."""
+    work = tmp_path_factory.mktemp("mock-engine-gc")
+    model = work / "model"
+    shutil.copytree(model_dir, model)
+    config = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**config, "top_k": 1, "top_p": 0.95}))
+    with serve(model, work) as base:
+        yield base
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from mock_engine_support import SERVED, set_faults
 from openenv.core.harness.capture.validate_llm import validate_llm
 
@@ -63,3 +64,50 @@ def test_healthcheck_reports_an_erroring_engine(engine):
     set_faults(engine, active=[], error_status=503)
     result = run_probe(engine, engine)
     assert result.returncode == 1 and "HTTP 503" in result.stdout
+
+
+# --- a generation config that truncates sampling (vLLM applies it to requests that leave it unset) ------
+
+
+def _first_position(engine, **sampling) -> list[float]:
+    body = {
+        "model": SERVED,
+        "messages": [{"role": "user", "content": "Reply with exactly: hello"}],
+        "max_tokens": 1,
+        "temperature": 1.0,
+        "logprobs": True,
+        "top_logprobs": 5,
+        **sampling,
+    }
+    resp = requests.post(f"{engine}/v1/chat/completions", json=body, timeout=60)
+    resp.raise_for_status()
+    return [t["logprob"] for t in resp.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]]
+
+
+def test_the_mock_applies_the_generation_config_to_requests_that_leave_sampling_unset(engine_with_generation_config):
+    unset = _first_position(engine_with_generation_config)
+    assert unset[0] == 0.0 and all(v == -9999.0 for v in unset[1:]), unset
+    pinned = _first_position(engine_with_generation_config, top_k=0, top_p=1.0, min_p=0.0)
+    assert all(-100 < v < 0 for v in pinned), pinned
+
+
+def test_openenvs_probe_cannot_tell_through_that_generation_config(engine_with_generation_config):
+    """Why the healthcheck pins its own sampling: OpenEnv's probe leaves it unset and measures nothing."""
+    report = validate_llm(engine_with_generation_config, SERVED)
+    assert report.capture_level == "tokens" and report.logprobs_mode == "unknown"
+
+
+def test_the_healthcheck_proves_processed_logprobs_through_that_generation_config(engine_with_generation_config):
+    result = run_probe(engine_with_generation_config, engine_with_generation_config)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("logprobs mode processed"), result.stdout
+
+
+def test_raw_logprobs_still_fail_the_healthcheck_through_that_generation_config(engine_with_generation_config):
+    set_faults(engine_with_generation_config, active=["raw_logprobs"])
+    try:
+        result = run_probe(engine_with_generation_config, engine_with_generation_config)
+    finally:
+        set_faults(engine_with_generation_config, active=[])
+    assert result.returncode == 1, result.stdout
+    assert "raw, pre-temperature" in result.stdout and "--logprobs-mode processed_logprobs" in result.stdout
