@@ -177,6 +177,9 @@ def test_two_steps_then_resume(stack):
     assert set(windows("harbor/forked_rollout_frac")) == {0.0}, windows("harbor/forked_rollout_frac")
     assert status["samples_per_rollout"] == 1.0 and status["forked_rollout_frac"] == 0.0, status
     assert "warm-up rollout" in log
+    # The first sync goes through trainer.weights.FirstSync around the backend TRL calls: reported once.
+    assert "trainer: weight transfer mock, transport mock (the mock engine's HTTP backend)" in log
+    assert log.count("trainer: first weight sync done: group set up in ") == 1, log[-4000:]
 
     # The dashboard is on the bucket.
     assert list((stack["bucket"] / "dashboards" / "tensorboard" / RUN).glob("events.out.tfevents.*"))
