@@ -6,7 +6,9 @@ configurable, because without them the engine answers every request perfectly an
 - capture: `--return-tokens-as-token-ids` and `--logprobs-mode processed_logprobs` (token ids and the
   sampling distribution's logprobs; without them every training row is empty or carries the wrong
   importance ratio), `--weight-transfer-config '{"backend":"nccl"}'` (TRL's AsyncGRPO weight sync);
-- binding: the engine is on the host network and must listen on loopback only.
+- binding: under compose the engine is on the host network and must listen on loopback only. On
+  Kubernetes (DEPLOYMENT=kubernetes) it has the pod's own network namespace and must listen on the pod's
+  interface for the env server and trainer pods to reach it; NetworkPolicies keep it in the namespace.
 
 ENGINE_EXTRA_ARGS may add anything else, but may not restate or negate a managed flag: a second
 `--logprobs-mode` would silently win (argparse keeps the last one), and a flag that is governed by an
@@ -18,6 +20,8 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
+
+from stack import deployment
 
 REQUIRED_CAPTURE_FLAGS = (
     "--return-tokens-as-token-ids",
@@ -111,7 +115,11 @@ def build_command(env: Mapping[str, str]) -> list[str]:
     if not model:
         raise ConfigError("MODEL is empty: set MODEL in .env to a Hugging Face model id or a local path")
     host = (env.get("ENGINE_HOST") or "127.0.0.1").strip()
-    if host not in LOOPBACK_HOSTS:
+    try:
+        where = deployment.read(env)
+    except deployment.DeploymentError as exc:
+        raise ConfigError(str(exc)) from None
+    if host not in LOOPBACK_HOSTS and where != deployment.KUBERNETES:
         raise ConfigError(
             f"ENGINE_HOST={host!r}: the engine is on the host network and must bind 127.0.0.1 "
             "(only the capture proxy is public); set ENGINE_HOST=127.0.0.1"

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from . import disk, mountinfo, ports
+from . import cluster, disk, mountinfo, ports
 from .train_script import TrainScriptError, resolve
 
 OPT_OUT_PHRASE = "i-accept-losing-checkpoints"
@@ -110,13 +110,12 @@ def check_bucket_mount(env, probes):
         mounts = mountinfo.read(probes.mountinfo_path)
     except OSError as exc:
         return f"cannot read {probes.mountinfo_path} ({exc.strerror}) to inspect {bucket}: run on Linux, or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE}"
-    ok, why = mountinfo.bucket_verdict(mounts, os.path.realpath(bucket))
+    ok, why = mountinfo.bucket_verdict(mounts, os.path.realpath(bucket), kubernetes=cluster.on_kubernetes(env))
     if ok:
         return None
     return (
-        f"bucket {bucket} is not a real mount: {why}. Mount the bucket on the host at BUCKET_PATH "
-        f"(e.g. gcsfuse/NFS/a disk) before `docker compose up`, or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE} "
-        "to train into a plain folder"
+        f"bucket {bucket} is not a real mount: {why}. {cluster.bucket_fix(env)}, "
+        f"or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE} to train into a plain folder"
     )
 
 
@@ -184,6 +183,8 @@ def check_sandbox(env, probes):
         if not (env.get("E2B_API_KEY") or "").strip():
             return "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker for local sandboxes"
     elif sandbox == "docker":
+        if cluster.on_kubernetes(env):
+            return cluster.DOCKER_SANDBOX_REFUSED
         path = probes.docker_socket
         try:
             is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
@@ -213,6 +214,8 @@ def check_ports(env, probes):
             problems.append(f"{name} and {seen[port]} are both {port}: give each service its own port")
             continue
         seen[port] = name
+        if cluster.on_kubernetes(env):
+            continue  # a pod's ports are its own: nothing else on the node can hold them
         if _port_free(port):
             continue
         if owners is None:
@@ -291,6 +294,8 @@ def check_tunnel(env, probes):
     profiles = {p.strip() for p in (env.get("COMPOSE_PROFILES") or "").split(",") if p.strip()}
     if provider not in TUNNEL_PROVIDERS:
         return f"TUNNEL_PROVIDER={provider!r} is unknown: use one of {', '.join(TUNNEL_PROVIDERS)}"
+    if cluster.on_kubernetes(env):
+        return None  # the chart runs cloudflared exactly when TUNNEL_PROVIDER=cloudflared
     if provider == "cloudflared" and "cloudflared" not in profiles:
         return "TUNNEL_PROVIDER=cloudflared but COMPOSE_PROFILES does not contain cloudflared, so no tunnel would start: set COMPOSE_PROFILES=cloudflared"
     if provider != "cloudflared" and "cloudflared" in profiles:
@@ -371,6 +376,7 @@ def check_weight_transfer(env, probes):
 
 # Order is the order failures are printed in: the cheapest-to-fix first.
 CHECKS: dict[str, Callable] = {
+    "deployment": cluster.check_deployment,
     "gpus": check_gpus,
     "bucket-mount": check_bucket_mount,
     "bucket-writable": check_bucket_writable,

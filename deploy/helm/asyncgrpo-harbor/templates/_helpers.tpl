@@ -1,0 +1,105 @@
+{{/* Names: <release>-<component>, short enough for the longest suffix ("-env-server-ready"). */}}
+{{- define "agh.name" -}}{{ .Release.Name | trunc 40 | trimSuffix "-" }}{{- end -}}
+
+{{- define "agh.labels" -}}
+app.kubernetes.io/name: asyncgrpo-harbor
+app.kubernetes.io/instance: {{ .root.Release.Name | quote }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | quote }}
+{{- end -}}
+
+{{/* What NetworkPolicies and Services select on: release + component, nothing that changes on upgrade. */}}
+{{- define "agh.selector" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name | quote }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "agh.image" -}}
+{{ .root.Values.images.registry }}asyncgrpo-harbor/{{ .image }}:{{ .root.Values.images.tag }}
+{{- end -}}
+
+{{/* One `- name: X value: "..."` per config key, in the order given, stringified as compose passes them. */}}
+{{- define "agh.configEnv" -}}
+{{- $config := .root.Values.config -}}
+{{- range .names }}
+- name: {{ . }}
+  value: {{ index $config . | toString | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A key of the user's Secret; optional ones are simply absent when the Secret lacks them. */}}
+{{- define "agh.secretEnv" -}}
+- name: {{ .key }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .root.Values.secret.name | quote }}
+      key: {{ .key }}
+      optional: {{ .optional }}
+{{- end -}}
+
+{{- define "agh.bucketClaim" -}}
+{{ .Values.bucket.existingClaim | default (printf "%s-bucket" (include "agh.name" .)) }}
+{{- end -}}
+
+{{- define "agh.engineGpus" -}}
+{{ mul (int .Values.config.ENGINE_TENSOR_PARALLEL_SIZE) (int .Values.config.ENGINE_DATA_PARALLEL_SIZE) }}
+{{- end -}}
+
+{{- define "agh.namedTunnel" -}}
+{{- if and (eq .Values.config.TUNNEL_PROVIDER "cloudflared") .Values.config.TUNNEL_HOSTNAME -}}1{{- end -}}
+{{- end -}}
+
+{{/*
+The run name, fixed for the life of the release: a pod restart or `helm upgrade` must resume the same run,
+not start a new one. config.RUN_NAME wins; otherwise the name recorded in the release's ConfigMap at
+install (read back with `lookup` on upgrade); otherwise a fresh one in the trainer's own format
+(services/trainer/config.py fresh_run_name: model, harness, steps, UTC stamp, 6 hex digits;
+tests/unit/helm checks the two agree).
+*/}}
+{{- define "agh.runName" -}}
+{{- $config := .Values.config -}}
+{{- if $config.RUN_NAME -}}
+{{ $config.RUN_NAME }}
+{{- else -}}
+{{- $existing := lookup "v1" "ConfigMap" .Release.Namespace (printf "%s-run" (include "agh.name" .)) -}}
+{{- if and $existing $existing.data $existing.data.RUN_NAME -}}
+{{ $existing.data.RUN_NAME }}
+{{- else -}}
+{{- $model := regexReplaceAll "[^A-Za-z0-9.]+" (splitList "/" (trimSuffix "/" $config.MODEL) | last) "-" | trimAll "-" | lower | default "model" -}}
+{{- $harness := regexReplaceAll "[^A-Za-z0-9.]+" (splitList ":" $config.HARNESS | last) "-" | trimAll "-" | lower | default "harness" -}}
+{{- $stamp := dateInZone "20060102T150405Z" (now) "UTC" -}}
+{{ printf "%s-%s-%vsteps-%s-%s" $model $harness $config.MAX_STEPS $stamp (randAlphaNum 32 | sha256sum | trunc 6) }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Refusals the schema cannot express, each one line that names the fix (rendered before anything else). */}}
+{{- define "agh.validate" -}}
+{{- $c := .Values.config -}}
+{{- if not (or .Values.bucket.existingClaim .Values.bucket.storageClassName) -}}
+{{- fail "the bucket is not set: give bucket.existingClaim (a ReadWriteMany PVC you made, or one bound to a CSI object-store driver) or bucket.storageClassName (a ReadWriteMany class; the chart makes the PVC and keeps it on uninstall)" -}}
+{{- end -}}
+{{- if and (gt (int .Values.trainer.gpus) 1) (not $c.TRAIN_SCRIPT) -}}
+{{- fail (printf "trainer.gpus=%v needs a TRAIN_SCRIPT that starts a distributed launcher (accelerate launch): the canonical trainer is one process and wraps a model seeing several GPUs in DataParallel, which fails (README, Past one host)" .Values.trainer.gpus) -}}
+{{- end -}}
+{{- if lt (int $c.MAX_CONCURRENT_ENVS) (int $c.MAX_INFLIGHT_ROLLOUTS) -}}
+{{- fail (printf "config.MAX_CONCURRENT_ENVS=%v is below config.MAX_INFLIGHT_ROLLOUTS=%v: each in-flight rollout holds one env session; raise MAX_CONCURRENT_ENVS" $c.MAX_CONCURRENT_ENVS $c.MAX_INFLIGHT_ROLLOUTS) -}}
+{{- end -}}
+{{- if and (eq $c.TUNNEL_PROVIDER "direct") (not $c.DIRECT_URL) -}}
+{{- fail "config.TUNNEL_PROVIDER=direct needs config.DIRECT_URL: the capture proxy's URL as the sandboxes reach it" -}}
+{{- end -}}
+{{- if and $c.TUNNEL_HOSTNAME (ne $c.TUNNEL_PROVIDER "cloudflared") -}}
+{{- fail (printf "config.TUNNEL_HOSTNAME is set but config.TUNNEL_PROVIDER=%s: a named tunnel is cloudflared's; unset TUNNEL_HOSTNAME or use cloudflared" $c.TUNNEL_PROVIDER) -}}
+{{- end -}}
+{{- $ports := list (int $c.ENGINE_PORT) (int $c.ENV_SERVER_PORT) (int $c.CAPTURE_PORT) (int $c.TUNNEL_METRICS_PORT) -}}
+{{- if ne (len ($ports | uniq)) 4 -}}
+{{- fail "config.ENGINE_PORT, ENV_SERVER_PORT, CAPTURE_PORT and TUNNEL_METRICS_PORT must all differ: give each service its own port" -}}
+{{- end -}}
+{{- if ge (float64 $c.TUNNEL_CHECK_TIMEOUT_S) (float64 $c.TUNNEL_CHECK_INTERVAL_S) -}}
+{{- fail (printf "config.TUNNEL_CHECK_TIMEOUT_S=%v must be below config.TUNNEL_CHECK_INTERVAL_S=%v: one check must end before the next starts" $c.TUNNEL_CHECK_TIMEOUT_S $c.TUNNEL_CHECK_INTERVAL_S) -}}
+{{- end -}}
+{{- if ge (int $c.ENV_SERVER_SHUTDOWN_GRACE_S) (int .Values.envServer.terminationGracePeriodSeconds) -}}
+{{- fail (printf "config.ENV_SERVER_SHUTDOWN_GRACE_S=%v must be below envServer.terminationGracePeriodSeconds=%v, or the kubelet kills the env server before its sandboxes are closed" $c.ENV_SERVER_SHUTDOWN_GRACE_S .Values.envServer.terminationGracePeriodSeconds) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,172 @@
+"""The chart renders offline, lints strictly, every manifest validates strictly against a pinned
+Kubernetes version's schemas, and wrong values fail at `helm install` with a line that names the fix.
+
+Validation: kubernetes-validate ships the OpenAPI-derived JSON schemas of each Kubernetes release in its
+wheel; its `-strict` variants refuse unknown fields (a misspelt key that a cluster would silently drop).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+
+from guards.checks import RUN_NAME_RE
+from trainer.config import fresh_run_name
+
+# The Kubernetes release the chart is tested against (PINS.md); Chart.yaml's kubeVersion is the floor.
+KUBE_VERSION = "1.33.0"
+CHART = Path(__file__).resolve().parents[3] / "deploy/helm/asyncgrpo-harbor"
+RELEASE = "grpo"  # as conftest renders it
+
+
+def test_renders_the_designed_workloads(manifests):
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in manifests)
+    assert kinds == sorted(
+        [
+            ("PersistentVolumeClaim", "grpo-bucket"),
+            ("ConfigMap", "grpo-run"),
+            ("Deployment", "grpo-engine"),
+            ("Service", "grpo-engine"),
+            ("Service", "grpo-engine-ready"),
+            ("Deployment", "grpo-env-server"),
+            ("Service", "grpo-capture"),
+            ("Service", "grpo-env-server"),
+            ("Service", "grpo-env-server-ready"),
+            ("Deployment", "grpo-cloudflared"),
+            ("Service", "grpo-cloudflared-metrics"),
+            ("Job", "grpo-trainer"),
+            ("NetworkPolicy", "grpo-default-deny"),
+            ("NetworkPolicy", "grpo-dns"),
+            ("NetworkPolicy", "grpo-engine"),
+            ("NetworkPolicy", "grpo-env-server"),
+            ("NetworkPolicy", "grpo-cloudflared"),
+            ("NetworkPolicy", "grpo-trainer"),
+        ]
+    )
+
+
+def test_lints_strictly():
+    report = helm.lint(
+        str(CHART), {"bucket": {"storageClassName": "nfs-rwx"}}, strict=True, kube_version=f"v{KUBE_VERSION}"
+    )
+    assert report["errors"] == [] and report["messages"] == [], report
+
+
+def test_every_manifest_validates_strictly(manifests):
+    assert manifests
+    for doc in manifests:
+        # Raises on a schema violation, an unknown field, or a kind/apiVersion that release lacks.
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_the_validator_is_strict_enough_to_catch_a_misspelt_field(manifests):
+    """The check above is only worth something if a field a cluster would drop is refused."""
+    job = copy.deepcopy(next(d for d in manifests if d["kind"] == "Job"))
+    job["spec"]["template"]["spec"]["containers"][0]["envFrm"] = []
+    with pytest.raises(kubernetes_validate.ValidationError, match="envFrm"):
+        kubernetes_validate.validate(job, KUBE_VERSION, strict=True)
+
+
+def test_the_named_tunnel_renders_and_validates(render_chart, values):
+    docs = render_chart(values({"config": {"TUNNEL_HOSTNAME": "capture.example.com"}}))
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    tunnel = next(d for d in docs if d["metadata"]["name"] == "grpo-cloudflared")
+    container = tunnel["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-1] == "run"
+    (token,) = container["env"]
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "asyncgrpo-harbor", "key": "TUNNEL_TOKEN", "optional": False}
+
+
+def test_other_providers_run_no_cloudflared(render_chart, values):
+    docs = render_chart(values({"config": {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "http://10.0.0.5:8100"}}))
+    assert not [d for d in docs if "cloudflared" in d["metadata"]["name"] and d["kind"] != "NetworkPolicy"]
+
+
+# -- secrets -------------------------------------------------------------------------------------------
+
+SECRET_NAMES = {"E2B_API_KEY", "HF_TOKEN", "TUNNEL_TOKEN", "OPENENV_CAPTURE_ADMIN_KEY"}
+
+
+def _containers(doc):
+    spec = doc["spec"]["template"]["spec"] if doc["kind"] in ("Deployment", "Job") else None
+    return (spec.get("initContainers", []) + spec["containers"]) if spec else []
+
+
+def test_secrets_only_by_secret_key_ref(render_chart, values):
+    docs = render_chart(values({"config": {"TUNNEL_HOSTNAME": "capture.example.com"}}))
+    assert not [d for d in docs if d["kind"] == "Secret"], "the chart must never hold a secret's value"
+    seen = set()
+    for doc in docs:
+        for container in _containers(doc):
+            assert "envFrom" not in container
+            for var in container.get("env", []):
+                if var["name"] in SECRET_NAMES:
+                    assert "value" not in var, f"{container['name']}: {var['name']} given as a value"
+                    assert var["valueFrom"]["secretKeyRef"]["key"] == var["name"]
+                    seen.add(var["name"])
+    assert seen == SECRET_NAMES
+
+
+# -- run name ------------------------------------------------------------------------------------------
+
+
+def _run_name(docs):
+    return next(d for d in docs if d["kind"] == "ConfigMap")["data"]["RUN_NAME"]
+
+
+def test_a_fresh_run_name_has_the_trainers_format(manifests):
+    name = _run_name(manifests)
+    expected = fresh_run_name("Qwen/Qwen3-1.7B", "mini-swe-agent", 200, now=0)
+    shape = re.escape(expected.rsplit("-", 2)[0]) + r"-\d{8}T\d{6}Z-[0-9a-f]{6}"
+    assert re.fullmatch(shape, name), (name, expected)
+    assert RUN_NAME_RE.match(name)
+
+
+def test_an_explicit_run_name_is_kept_verbatim(render_chart, values):
+    docs = render_chart(values({"config": {"RUN_NAME": "qwen3-resume-me"}}))
+    assert _run_name(docs) == "qwen3-resume-me"
+    trainer = next(d for d in docs if d["kind"] == "Job")
+    (var,) = [v for v in trainer["spec"]["template"]["spec"]["containers"][0]["env"] if v["name"] == "RUN_NAME"]
+    assert var["valueFrom"]["configMapKeyRef"] == {"name": f"{RELEASE}-run", "key": "RUN_NAME"}
+
+
+# -- wrong values fail at install, with the line that names the fix ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "error", "message"),
+    [
+        ({"config": {"SANDBOX": "docker"}}, helm.HelmValuesError, "at '/config/SANDBOX': value must be 'e2b'"),
+        ({"config": {"MAX_STEP": 3}}, helm.HelmValuesError, "additional properties 'MAX_STEP' not allowed"),
+        ({"config": {"AGENT_STEP_LIMIT": 0}}, helm.HelmValuesError, "at '/config/AGENT_STEP_LIMIT': minimum"),
+        ({"config": {"CAPTURE_PORT": 70000}}, helm.HelmValuesError, "at '/config/CAPTURE_PORT': maximum"),
+        ({"config": {"WEIGHT_TRANSFER": "mock"}}, helm.HelmValuesError, "at '/config/WEIGHT_TRANSFER'"),
+        ({"config": {"TUNNEL_HOSTNAME": "https://x.example.com"}}, helm.HelmValuesError, "/config/TUNNEL_HOSTNAME"),
+        ({"config": {"CHECKPOINT_ROOT": "/tmp/ckpt"}}, helm.HelmValuesError, "/config/CHECKPOINT_ROOT"),
+        ({"config": {"BUCKET_NOT_A_MOUNT_OK": "yes"}}, helm.HelmValuesError, "/config/BUCKET_NOT_A_MOUNT_OK"),
+        (
+            {"bucket": {"storageClassName": ""}},
+            helm.HelmRenderError,
+            "the bucket is not set: give bucket.existingClaim",
+        ),
+        ({"trainer": {"gpus": 2}}, helm.HelmRenderError, "trainer.gpus=2 needs a TRAIN_SCRIPT"),
+        ({"config": {"MAX_CONCURRENT_ENVS": 4}}, helm.HelmRenderError, "MAX_CONCURRENT_ENVS=4 is below"),
+        (
+            {"config": {"TUNNEL_PROVIDER": "direct"}},
+            helm.HelmRenderError,
+            "TUNNEL_PROVIDER=direct needs config.DIRECT_URL",
+        ),
+        ({"config": {"ENGINE_PORT": 8100}}, helm.HelmRenderError, "must all differ"),
+        ({"config": {"TUNNEL_CHECK_TIMEOUT_S": 12}}, helm.HelmRenderError, "TUNNEL_CHECK_TIMEOUT_S=12 must be below"),
+    ],
+)
+def test_a_wrong_value_fails_rendering_with_a_clear_message(render_chart, values, override, error, message):
+    with pytest.raises(error) as caught:
+        render_chart(values(override))
+    assert message in str(caught.value)
