@@ -6,6 +6,8 @@ Read from `docker compose config` and the rendered chart (offline), never from e
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 TUNNEL = {"TUNNEL_HOSTNAME": "capture.example.com"}
@@ -62,6 +64,28 @@ def test_same_environment_variable_names(both, service):
     in_chart = {v["name"] for v in _container(docs, *WHERE[service]).get("env", [])}
     assert in_compose - in_chart == {n for s, n in ONLY_IN_COMPOSE if s == service}, "missing on Kubernetes"
     assert in_chart - in_compose == {n for s, n in ONLY_IN_CHART if s == service}, "new on Kubernetes"
+
+
+# Values that differ by design, per variable name: the mode itself, where a service binds (its pod, not
+# loopback), and the GPUs one pod must see (compose's preflight sees the whole host).
+TOPOLOGY = {"DEPLOYMENT", "ENGINE_HOST", "ENV_SERVER_HOST", "CAPTURE_HOST", "REQUIRED_GPUS"}
+
+
+def _without_host(value: str) -> str:
+    """A URL with its host taken out (127.0.0.1 under compose, a Service name on the cluster)."""
+    return re.sub(r"^(https?://)[^:/]+", r"\1<host>", value)
+
+
+@pytest.mark.parametrize("service", sorted(WHERE))
+def test_same_defaults(both, service):
+    """The chart's defaults are .env.example's: a setting means the same on both, URLs up to their host."""
+    cfg, docs = both
+    compose_env = cfg["services"][service].get("environment") or {}
+    for var in _container(docs, *WHERE[service]).get("env", []):
+        name = var["name"]
+        if "value" not in var or name not in compose_env or name in TOPOLOGY:
+            continue  # secrets and the run name come by reference
+        assert _without_host(var["value"]) == _without_host(compose_env[name] or ""), f"{service}: {name}"
 
 
 def _compose_gpus(svc) -> int | str:
