@@ -7,8 +7,8 @@ configurable, because without them the engine answers every request perfectly an
   sampling distribution's logprobs; without them every training row is empty or carries the wrong
   importance ratio), `--weight-transfer-config '{"backend":"nccl"}'` (TRL's AsyncGRPO weight sync);
 - binding: under compose the engine is on the host network and must listen on loopback only. On
-  Kubernetes (DEPLOYMENT=kubernetes) it has the pod's own network namespace and must listen on the pod's
-  interface for the env server and trainer pods to reach it; NetworkPolicies keep it in the namespace.
+  Kubernetes (DEPLOYMENT=kubernetes) it has the pod's own network namespace and listens on the pod's
+  address (the chart passes status.podIP) for the env server and trainer pods; NetworkPolicies keep it in.
 
 ENGINE_EXTRA_ARGS may add anything else, but may not restate or negate a managed flag: a second
 `--logprobs-mode` would silently win (argparse keeps the last one), and a flag that is governed by an

@@ -227,8 +227,6 @@ def _write(path: Path | None, model: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     host = os.environ.get("ENGINE_HOST") or "127.0.0.1"
-    # On Kubernetes the engine binds every interface of its pod; the probe runs in the same pod.
-    host = "127.0.0.1" if host == "0.0.0.0" else host
     base = argv[0] if argv else f"http://{host}:{os.environ.get('ENGINE_PORT') or '8001'}"
     try:
         print(probe(base, accepted_for=os.environ.get(UNPROVEN_OK) or "", proven_file=PROVEN_FILE))

@@ -1,4 +1,4 @@
-"""The engine's bind under DEPLOYMENT=kubernetes: the pod's interfaces (NetworkPolicies keep it in);
+"""The engine's bind under DEPLOYMENT=kubernetes: the pod's address (NetworkPolicies keep it in);
 under compose, loopback only, as before."""
 
 import pytest
@@ -10,11 +10,12 @@ def flag_value(argv, flag):
     return argv[argv.index(flag) + 1]
 
 
-def test_kubernetes_binds_the_pods_interfaces():
+def test_kubernetes_binds_the_pods_address():
+    # The chart passes the pod's IP (status.podIP).
     argv = build_command(
-        {"MODEL": "m", "TOOL_CALL_PARSER": "hermes", "DEPLOYMENT": "kubernetes", "ENGINE_HOST": "0.0.0.0"}
+        {"MODEL": "m", "TOOL_CALL_PARSER": "hermes", "DEPLOYMENT": "kubernetes", "ENGINE_HOST": "10.244.1.7"}
     )
-    assert flag_value(argv, "--host") == "0.0.0.0"
+    assert flag_value(argv, "--host") == "10.244.1.7"
 
 
 @pytest.mark.parametrize("deployment", ["", "compose"])

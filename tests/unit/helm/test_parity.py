@@ -31,6 +31,8 @@ ONLY_IN_COMPOSE = {
     ("trainer", "HANDOFF_DIR"),
     # cloudflared's log file is in another pod; its metrics server names the URL instead.
     ("tunnel-check", "TUNNEL_LOG"),
+    # The opt-out for remote tasks on local docker sandboxes: SANDBOX=docker is refused on a cluster.
+    ("env-server", "SANDBOX_DOCKER_REMOTE_TASKS_OK"),
 }
 ONLY_IN_CHART = {
     # cloudflared's metrics server is another pod's, not loopback.
@@ -67,8 +69,9 @@ def test_same_environment_variable_names(both, service):
 
 
 # Values that differ by design, per variable name: the mode itself, where a service binds (its pod, not
-# loopback), and the GPUs one pod must see (compose's preflight sees the whole host).
-TOPOLOGY = {"DEPLOYMENT", "ENGINE_HOST", "ENV_SERVER_HOST", "CAPTURE_HOST", "REQUIRED_GPUS"}
+# loopback), the GPUs one pod must see (compose's preflight sees the whole host), and the sandboxes'
+# stack name (the compose project's under compose, the release's on a cluster).
+TOPOLOGY = {"DEPLOYMENT", "ENGINE_HOST", "ENV_SERVER_HOST", "CAPTURE_HOST", "REQUIRED_GPUS", "STACK_NAME"}
 
 
 def _without_host(value: str) -> str:
