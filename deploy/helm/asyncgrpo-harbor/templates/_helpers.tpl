@@ -103,3 +103,38 @@ tests/unit/helm checks the two agree).
 {{- fail (printf "config.ENV_SERVER_SHUTDOWN_GRACE_S=%v must be below envServer.terminationGracePeriodSeconds=%v, or the kubelet kills the env server before its sandboxes are closed" $c.ENV_SERVER_SHUTDOWN_GRACE_S .Values.envServer.terminationGracePeriodSeconds) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+compose's x-guard-env and x-train-env: preflight gets both (it checks every trainer setting with the
+trainer's own reader), the trainer gets both. `.gpus`: the GPUs this pod must see.
+*/}}
+{{- define "agh.guardEnv" -}}
+{{- $name := include "agh.name" .root -}}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "BUCKET_NOT_A_MOUNT_OK" "SANDBOX" "TUNNEL_PROVIDER" "MODEL" "DATASETS" "ENGINE_PORT" "ENV_SERVER_PORT" "CAPTURE_PORT" "TUNNEL_METRICS_PORT" "TRAIN_SCRIPT" "MIN_FREE_DISK_GB" "AGENT_STEP_LIMIT" "WEIGHT_TRANSFER" "CHECKPOINT_ROOT")) | trim }}
+- name: DEPLOYMENT
+  value: kubernetes
+- name: BUCKET_DIR
+  value: /bucket
+- name: HF_HOME
+  value: /bucket/hf-home
+# This pod's GPUs: the device plugin must have given it every one it asked for.
+- name: REQUIRED_GPUS
+  value: {{ .gpus | quote }}
+- name: RUN_NAME
+  valueFrom:
+    configMapKeyRef:
+      name: {{ $name }}-run
+      key: RUN_NAME
+{{- end -}}
+
+{{- define "agh.trainEnv" -}}
+{{- $name := include "agh.name" .root -}}
+{{- $c := .root.Values.config -}}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "HARNESS" "AGENT_TIMEOUT_S" "REWARD_KEY" "TOOL_EFFICIENCY_BONUS" "MAX_STEPS" "NUM_GENERATIONS" "MAX_INFLIGHT_ROLLOUTS" "LEARNING_RATE" "TEMPERATURE" "TOKEN_BUDGET" "ENGINE_MAX_MODEL_LEN" "TRAINER_COMPILE_LAYERS" "PER_DEVICE_TRAIN_BATCH_SIZE" "GRADIENT_ACCUMULATION_STEPS" "TRAIN_DTYPE" "SAVE_STEPS" "SAVE_TOTAL_LIMIT" "REPORT_TO" "EVAL_STEPS" "EVAL_DATASETS" "EVAL_ATTEMPTS" "EVAL_PASS_K" "EVAL_TEMPERATURE" "EVAL_TOP_P" "EVAL_MAX_TASKS" "EVAL_CONCURRENCY" "EVAL_BASELINE" "SCREENED_TASKS")) | trim }}
+- name: ENGINE_URL
+  value: "http://{{ $name }}-engine:{{ $c.ENGINE_PORT }}"
+- name: ENV_SERVER_URL
+  value: "http://{{ $name }}-env-server:{{ $c.ENV_SERVER_PORT }}"
+- name: MAX_COMPLETION_TOKENS
+  value: {{ $c.MAX_OUTPUT_TOKENS | toString | quote }}
+{{- end -}}
