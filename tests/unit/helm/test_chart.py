@@ -94,7 +94,7 @@ def test_other_providers_run_no_cloudflared(render_chart, values):
 
 # -- secrets -------------------------------------------------------------------------------------------
 
-SECRET_NAMES = {"E2B_API_KEY", "HF_TOKEN", "HUB_TOKEN", "TUNNEL_TOKEN", "OPENENV_CAPTURE_ADMIN_KEY"}
+SECRET_NAMES = {"E2B_API_KEY", "HF_TOKEN", "HUB_TOKEN", "WANDB_API_KEY", "TUNNEL_TOKEN", "OPENENV_CAPTURE_ADMIN_KEY"}
 
 
 def _containers(doc):
