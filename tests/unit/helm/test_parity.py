@@ -37,8 +37,6 @@ ONLY_IN_COMPOSE = {
 ONLY_IN_CHART = {
     # cloudflared's metrics server is another pod's, not loopback.
     ("tunnel-check", "TUNNEL_METRICS_HOST"),
-    # The NCCL rendezvous the engine dials: the trainer pod's address, stated (compose: loopback).
-    ("trainer", "VLLM_HOST_IP"),
 }
 
 
@@ -71,7 +69,18 @@ def test_same_environment_variable_names(both, service):
 # Values that differ by design, per variable name: the mode itself, where a service binds (its pod, not
 # loopback), the GPUs one pod must see (compose's preflight sees the whole host), and the sandboxes'
 # stack name (the compose project's under compose, the release's on a cluster).
-TOPOLOGY = {"DEPLOYMENT", "ENGINE_HOST", "ENV_SERVER_HOST", "CAPTURE_HOST", "REQUIRED_GPUS", "STACK_NAME"}
+# NCCL's rendezvous and sockets: loopback between containers of one host under compose, the pod's own
+# address and interface between pods on the cluster.
+TOPOLOGY = {
+    "DEPLOYMENT",
+    "ENGINE_HOST",
+    "ENV_SERVER_HOST",
+    "CAPTURE_HOST",
+    "REQUIRED_GPUS",
+    "STACK_NAME",
+    "VLLM_HOST_IP",
+    "NCCL_SOCKET_IFNAME",
+}
 
 
 def _without_host(value: str) -> str:

@@ -138,3 +138,19 @@ trainer's own reader), the trainer gets both. `.gpus`: the GPUs this pod must se
 - name: MAX_COMPLETION_TOKENS
   value: {{ $c.MAX_OUTPUT_TOKENS | toString | quote }}
 {{- end -}}
+
+{{/*
+compose's x-nccl-env, for the engine and the trainer. The transport settings keep compose's values; the
+rendezvous cannot: the two are different pods (different hostnames, so NCCL uses its network transport),
+and each states its own pod address (vLLM's get_ip() reads VLLM_HOST_IP on both sides, TRL 1.16.0's
+master_address is the trainer's). NCCL's sockets use the pod's interface: `^lo` excludes loopback.
+*/}}
+{{- define "agh.ncclEnv" -}}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "NCCL_P2P_DISABLE" "NCCL_CUMEM_ENABLE" "NCCL_DEBUG" "NCCL_DEBUG_SUBSYS")) | trim }}
+- name: VLLM_HOST_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: NCCL_SOCKET_IFNAME
+  value: "^lo"
+{{- end -}}
