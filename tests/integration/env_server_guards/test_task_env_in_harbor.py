@@ -26,7 +26,6 @@ def secrets_in_env(monkeypatch):
         "harbor.utils.env",
         "harbor.environments.base",
         "harbor.environments.docker.docker",
-        "harbor.environments.e2b",
         "harbor.verifier.verifier",
         "harbor.agents.oracle",
     ],
