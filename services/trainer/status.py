@@ -14,6 +14,9 @@ and "hub" (the Hub push state, trainer/publish.py).
 
 `samples_per_rollout` against `turns_mean` is the forking tell: a healthy multi-turn agent trains one
 row per rollout whatever its turn count; rows growing with turns means prompts are being re-rendered.
+
+No transformers import here (trainer/status_callback.py is the Trainer side), so the host unit suite checks
+the key mapping and the file itself.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-
-from transformers import TrainerCallback
 
 # status.json field -> TRL/harbor metric key
 METRICS = {
@@ -65,6 +66,12 @@ def _num(value):
     return None
 
 
+def status_fields(logs: dict) -> dict:
+    """The status.json fields one logged step sets: only the metrics present in `logs` (a window without
+    multi-turn rollouts logs no fork figure, and must not blank the last one), non-finite values as None."""
+    return {name: _num(logs.get(key)) for name, key in METRICS.items() if key in logs}
+
+
 class RunStatus:
     def __init__(self, path: Path, run_name: str, max_steps: int):
         self.path = path
@@ -101,36 +108,3 @@ def console_line(doc: dict) -> str:
         f"tools {num('tool_calls_mean', '.1f')}  timeouts {pct('timeout_frac')}  unscorable {pct('unscorable_frac')}  "
         f"ckpt {doc.get('last_checkpoint') or '-'}"
     )
-
-
-class StatusCallback(TrainerCallback):
-    def __init__(self, status: RunStatus):
-        self.status = status
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.status.update(state="training", step=state.global_step)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        # When the first optimizer step finished: the smoke test and operators read "time to first
-        # step" from here rather than from log timestamps.
-        if "first_step_at" not in self.status.doc:
-            self.status.update(first_step_at=time.time())
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        logs = logs or {}
-        fields = {name: _num(logs.get(key)) for name, key in METRICS.items() if key in logs}
-        self.status.update(step=state.global_step, **fields)
-        print(console_line(self.status.doc), flush=True)
-
-    def on_save(self, args, state, control, **kwargs):
-        self.status.update(last_checkpoint=f"checkpoint-{state.global_step}", step=state.global_step)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        from . import stop
-
-        signal_name = stop.requested()
-        if signal_name:
-            # Stopped at a step end by SIGTERM: the Trainer saved this step before leaving its loop.
-            self.status.update(state="stopped", step=state.global_step, reason=f"{signal_name}: checkpoint saved")
-        else:
-            self.status.update(state="finished", step=state.global_step)

@@ -25,7 +25,8 @@ from .factory import EnvServerRunner, HarborSessionFactory
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .reward import HarborReward
 from .session import RolloutFailed
-from .status import RunStatus, StatusCallback
+from .status import RunStatus
+from .status_callback import StatusCallback
 from .stop_rules import StopRules
 from .stop_rules import from_env as stop_rules_from_env
 from .task_select import training_rows

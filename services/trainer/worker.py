@@ -16,23 +16,16 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 from trl.experimental.async_grpo import async_rollout_worker
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from . import stop
-
-
-def _add(rates: dict, key: str, num: float, den: float = 1.0) -> None:
-    rates[key][0] += num
-    rates[key][1] += den
+from . import group_metrics, stop
 
 
 class HarborRolloutLoop(_HarnessRolloutLoop):
     def _push_rollout_metrics(self, *, turns, sequences, completion_ids, tally, loop_exhausted, duration_s):
         # Runs on the worker's event loop for every rollout that produced a result, like TRL's own.
-        _add(self._rates, "harbor/timeout_frac", float(bool(loop_exhausted)))
-        _add(self._rates, "harbor/forked_rollout_frac", float(sequences > 1))
+        group_metrics.add_rollout(self._rates, sequences=sequences, loop_exhausted=loop_exhausted)
         super()._push_rollout_metrics(
             turns=turns,
             sequences=sequences,
@@ -43,17 +36,7 @@ class HarborRolloutLoop(_HarnessRolloutLoop):
         )
 
     async def _score_group(self, group):
-        rewards = group.rollout_rewards
-        scored = np.array([r for r in rewards if r is not None], dtype=float)
-        _add(self._rates, "harbor/unscorable_frac", float(len(rewards) - len(scored)), float(len(rewards)))
-        _add(self._rates, "harbor/tool_calls_mean", float(sum(group.tool_call_counts)), float(len(rewards)))
-        if len(scored):
-            _add(self._rates, "harbor/reward_mean", float(scored.sum()), float(len(scored)))
-            _add(self._rates, "harbor/reward_std", float(scored.std()))
-            # One scored rollout has no spread to speak of either: it cannot be compared with anything.
-            _add(self._rates, "harbor/zero_spread_frac", float(len(scored) < 2 or float(scored.std()) == 0.0))
-        else:
-            _add(self._rates, "harbor/zero_spread_frac", 1.0)
+        group_metrics.add_group(self._rates, group.rollout_rewards, group.tool_call_counts)
         return await super()._score_group(group)
 
 

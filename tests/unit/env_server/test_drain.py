@@ -63,3 +63,44 @@ def test_drain_reports_what_outlived_the_grace():
         return result
 
     assert asyncio.run(scenario()) == (1, ["slow#0"])
+
+
+def test_a_draining_server_refuses_new_rollouts_with_one_line(monkeypatch, tmp_path):
+    import json
+
+    import openenv.harbor.rollout as rollout_module
+
+    from env_server.rollouts import GatedHarborEnvironment
+
+    started: list[dict] = []
+
+    async def run_rollout(**kwargs):  # OpenEnv's rollout: must never be reached
+        started.append(kwargs)
+
+    monkeypatch.setattr(rollout_module, "run_rollout", run_rollout)
+    inflight = Inflight()
+    monkeypatch.setattr(GatedHarborEnvironment, "inflight", inflight)
+    monkeypatch.setattr(GatedHarborEnvironment, "sandbox_backend", "docker")
+    monkeypatch.setattr(GatedHarborEnvironment, "handoff_dir", str(tmp_path))
+    assert asyncio.run(inflight.drain(grace_s=1)) == (0, [])
+
+    env = GatedHarborEnvironment()
+    result = json.loads(
+        asyncio.run(
+            env._run_rollout(
+                split="starter",
+                task_index=0,
+                harness="mini-swe-agent",
+                sandbox="docker",
+                reward_key="",
+                keep_sandbox=False,
+                force_build=False,
+            )
+        )
+    )
+    assert (result["ok"], result["error"], result["reward"]) == (
+        False,
+        "env-server is shutting down: rollout not started",
+        None,
+    )
+    assert started == [] and len(inflight) == 0

@@ -1,0 +1,36 @@
+"""The `harbor/*` per-rollout and per-group measurements, as (numerator, denominator) additions.
+
+TRL's rollout worker (trl 1.16.0, async_rollout_worker.py) keeps `_rates[key] = [num, den]`, ships the pairs
+with each batch and logs num/den over the window. These functions say what one rollout and one scored group
+add, with no TRL import, so the host unit suite checks the figures the stop rules and status.json read
+(trainer/worker.py applies them inside TRL's loop).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def add(rates: dict, key: str, num: float, den: float = 1.0) -> None:
+    rates[key][0] += num
+    rates[key][1] += den
+
+
+def add_rollout(rates: dict, *, sequences: int, loop_exhausted: bool) -> None:
+    add(rates, "harbor/timeout_frac", float(bool(loop_exhausted)))
+    # A multi-turn rollout should be ONE training row (each turn's prompt extends the last); more rows than
+    # one is the forking tell.
+    add(rates, "harbor/forked_rollout_frac", float(sequences > 1))
+
+
+def add_group(rates: dict, rewards: list, tool_call_counts: list) -> None:
+    scored = np.array([r for r in rewards if r is not None], dtype=float)
+    add(rates, "harbor/unscorable_frac", float(len(rewards) - len(scored)), float(len(rewards)))
+    add(rates, "harbor/tool_calls_mean", float(sum(tool_call_counts)), float(len(rewards)))
+    if len(scored):
+        add(rates, "harbor/reward_mean", float(scored.sum()), float(len(scored)))
+        add(rates, "harbor/reward_std", float(scored.std()))
+        # One scored rollout has no spread to speak of either: it cannot be compared with anything.
+        add(rates, "harbor/zero_spread_frac", float(len(scored) < 2 or float(scored.std()) == 0.0))
+    else:
+        add(rates, "harbor/zero_spread_frac", 1.0)

@@ -1,0 +1,89 @@
+"""The `harbor/*` figures the stop rules and status.json read, from known inputs, and status.json's key mapping.
+
+The rates dict is shaped like TRL 1.16.0's worker `_rates` (defaultdict of [num, den], logged as num/den per
+window); the functions are the ones trainer/worker.py calls inside TRL's loop. TRL itself is not on the host:
+tests/integration/trainer drives the real worker end to end.
+"""
+
+import json
+import math
+from collections import defaultdict
+
+from trainer import group_metrics
+from trainer.status import METRICS, RunStatus, console_line, status_fields
+
+
+def window(rates):
+    return {key: num / den for key, (num, den) in rates.items()}
+
+
+def fresh():
+    return defaultdict(lambda: [0.0, 0.0])
+
+
+def test_a_re_rendered_rollout_is_forked_and_an_extending_one_is_not():
+    rates = fresh()
+    # Two-turn and three-turn rollouts whose every turn re-rendered its conversation start train one row
+    # per turn.
+    group_metrics.add_rollout(rates, sequences=2, loop_exhausted=False)
+    group_metrics.add_rollout(rates, sequences=3, loop_exhausted=False)
+    assert window(rates) == {"harbor/forked_rollout_frac": 1.0, "harbor/timeout_frac": 0.0}
+    # Two rollouts whose prompts extend the last reply are one row each, forked or not by turn count.
+    group_metrics.add_rollout(rates, sequences=1, loop_exhausted=True)
+    group_metrics.add_rollout(rates, sequences=1, loop_exhausted=False)
+    assert window(rates) == {"harbor/forked_rollout_frac": 0.5, "harbor/timeout_frac": 0.25}
+
+
+def test_one_unscorable_rollout_in_a_group_of_three():
+    rates = fresh()
+    group_metrics.add_group(rates, [1.0, None, 0.0], [2, 0, 4])
+    assert window(rates) == {
+        "harbor/unscorable_frac": 1 / 3,
+        "harbor/tool_calls_mean": 2.0,
+        "harbor/reward_mean": 0.5,
+        "harbor/reward_std": 0.5,
+        "harbor/zero_spread_frac": 0.0,
+    }
+
+
+def test_groups_without_spread():
+    rates = fresh()
+    group_metrics.add_group(rates, [1.0, 1.0], [1, 1])  # same reward: zero advantage
+    group_metrics.add_group(rates, [None, 0.0], [0, 1])  # one scored rollout: nothing to compare with
+    group_metrics.add_group(rates, [None, None], [0, 0])  # nothing scored: no reward figures at all
+    group_metrics.add_group(rates, [0.0, 1.0], [3, 3])
+    w = window(rates)
+    assert w["harbor/zero_spread_frac"] == 3 / 4
+    assert w["harbor/unscorable_frac"] == 3 / 8
+    assert w["harbor/reward_mean"] == 3 / 5  # over the 5 scored rollouts only
+    assert w["harbor/reward_std"] == 0.5 / 3  # averaged over the 3 groups that had a scored rollout
+    assert w["harbor/tool_calls_mean"] == 9 / 8
+
+
+def test_status_fields_map_every_metric_and_only_those_logged():
+    logs = {key: i / 10 for i, key in enumerate(METRICS.values())}
+    fields = status_fields({**logs, "loss": 0.3, "rollout/realign_frac": 0.0})
+    assert fields == {name: i / 10 for i, name in enumerate(METRICS)}
+    assert fields["forked_rollout_frac"] == logs["harbor/forked_rollout_frac"]
+    assert fields["fork_frac"] == logs["rollout/fork_frac"]
+    # A window with no multi-turn rollout logs no fork figure: the field is left alone, not blanked.
+    assert status_fields({"harbor/reward_mean": 0.25}) == {"reward_mean": 0.25}
+    assert status_fields({"harbor/reward_std": math.nan, "rollout/fork_frac": "1"}) == {
+        "reward_std": None,
+        "fork_frac": None,
+    }
+    assert status_fields({"perf/step_s": 3}) == {"step_s": 3.0}
+
+
+def test_run_status_writes_the_documented_file(tmp_path):
+    path = tmp_path / "checkpoints" / "run" / "status.json"
+    status = RunStatus(path, "run", max_steps=2)
+    status.update(state="training", step=1, **status_fields({"harbor/reward_mean": 1.0, "rollout/fork_frac": 0.0}))
+    doc = json.loads(path.read_text())
+    assert doc["run_name"] == "run" and doc["state"] == "training" and (doc["step"], doc["max_steps"]) == (1, 2)
+    assert (doc["reward_mean"], doc["fork_frac"], doc["forked_rollout_frac"]) == (1.0, 0.0, None)
+    assert set(METRICS) <= set(doc) and doc["last_checkpoint"] is None and doc["error"] is None
+    assert [p.name for p in path.parent.iterdir()] == ["status.json"]  # no temporary file left behind
+    assert console_line(doc).startswith(
+        "step 1/2  reward 1.000±-  zero-spread -  turns -  samples/rollout - (forked -)"
+    )
