@@ -55,7 +55,9 @@ def wait_healthy(url, proc, deadline_s=180):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    pytest.importorskip("trl")
+    # The trainer image has TRL (this suite runs only there): a broken install must fail, not skip.
+    import trl  # noqa: F401
+
     work = tmp_path_factory.mktemp("eval-screen-publish")
     model_dir = Path("/app/models/tiny-agent")
     if not (model_dir / "config.json").is_file():

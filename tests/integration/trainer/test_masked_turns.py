@@ -9,13 +9,12 @@ Runs in the trainer image (TRL): tests/run-in-image trainer tests/integration/tr
 
 import pytest
 
-pytest.importorskip("trl")
+# No importorskip: the trainer image has TRL, and a broken install there must fail this suite, not skip it.
+from openenv.harbor.models import HarborRolloutResult, HarborTurn
+from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
+from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
 
-from openenv.harbor.models import HarborRolloutResult, HarborTurn  # noqa: E402
-from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences  # noqa: E402
-from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace  # noqa: E402
-
-from trainer.factory import HarborSessionFactory, prompt_row  # noqa: E402
+from trainer.factory import HarborSessionFactory, prompt_row
 
 P1, O1 = [1, 2, 3], [4, 5, 6, 7]
 P2 = P1 + O1 + [8]
