@@ -146,18 +146,31 @@ def _run_dir(bucket: Path) -> Path:
 
 def test_a_checkpoint_landed_on_the_bucket(trained):
     run_dir = _run_dir(trained.bucket)
-    checkpoints = sorted(run_dir.glob("checkpoint-*"))
-    assert checkpoints, f"no checkpoint under {run_dir}: {sorted(p.name for p in run_dir.iterdir())}"
-    assert any(p.suffix in (".safetensors", ".bin") for p in checkpoints[-1].rglob("*")), checkpoints[-1]
+    checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*"))
+    # CPU_MAX_STEPS=2 with the CPU form's SAVE_STEPS=1 and SAVE_TOTAL_LIMIT=2: both steps kept.
+    assert checkpoints == ["checkpoint-1", "checkpoint-2"], sorted(p.name for p in run_dir.iterdir())
+    last = run_dir / "checkpoint-2"
+    assert json.loads((last / "trainer_state.json").read_text())["global_step"] == 2
+    assert any(p.suffix in (".safetensors", ".bin") for p in last.rglob("*")), sorted(last.rglob("*"))
 
 
 def test_rollouts_ran_the_agent_in_sandboxes_with_token_ids_and_no_forking(trained):
-    status = json.loads((_run_dir(trained.bucket) / "status.json").read_text())
-    assert status["state"] == "finished" and status["step"] >= 2, status
-    # The forking tell: one training sample per rollout, however many turns it had.
-    assert status["turns_mean"] > 1, f"rollouts were single-turn, nothing to fork: {status}"
-    assert status["samples_per_rollout"] == pytest.approx(1.0), status
-    assert not status["forked_rollout_frac"], status
+    run_dir = _run_dir(trained.bucket)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == 2, status
+    # The forking tell: one training sample per rollout, however many turns it had. Read over every logged
+    # window (the Trainer's log history), not only the last one status.json keeps: which rollouts land in the
+    # last window is chance.
+    history = json.loads((run_dir / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+
+    def windows(key):
+        return [entry[key] for entry in history if key in entry]
+
+    assert windows("harbor/forked_rollout_frac") and set(windows("harbor/forked_rollout_frac")) == {0.0}, history
+    assert set(windows("rollout/samples_per_rollout")) == {1.0}, history
+    assert max(windows("rollout/turns_mean")) > 1, f"rollouts were single-turn, nothing to fork: {history}"
+    assert (status["forked_rollout_frac"], status["samples_per_rollout"], status["unscorable_frac"]) == (0.0, 1.0, 0.0)
+    assert isinstance(status["reward_mean"], float) and 0.0 <= status["reward_mean"] <= 1.0, status
     trials = [p for p in trained.trials.rglob("*") if p.is_dir() and p.name == "agent"]
     assert trials, f"no Harbor trial ran an agent under {trained.trials}"
 
@@ -197,9 +210,9 @@ def test_status_command_reports_the_running_stack(trained):
     assert st["env_server"]["inflight"] == len(st["env_server"]["labels"])
     assert st["env_server"]["advertised_url"] == st["tunnel"]["url"]
     training = st["training"]
-    assert training["state"] == "finished" and training["step"] >= 2, training
-    assert training["last_checkpoint"].startswith("checkpoint-") and training["last_checkpoint_age_s"] >= 0
-    assert training["samples_per_rollout"] == pytest.approx(1.0)
+    assert training["state"] == "finished" and training["step"] == 2, training
+    assert training["last_checkpoint"] == "checkpoint-2" and training["last_checkpoint_age_s"] >= 0, training
+    assert training["samples_per_rollout"] == 1.0, training
 
 
 def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
