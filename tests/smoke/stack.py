@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -147,6 +148,22 @@ def _bytes(text: str) -> int:
             except ValueError:
                 return 0
     return 0
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports free on loopback now, for the stack under test: with its own ports it runs beside
+    anything else on this machine (a dev server on 8000, another stack on the defaults). All sockets stay
+    bound until every port is picked, so the kernel cannot hand the same one out twice."""
+    held = []
+    try:
+        for _ in range(n):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            held.append(sock)
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def listening_sockets() -> set[tuple[str, int]]:

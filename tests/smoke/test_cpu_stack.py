@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from stack import PROJECT, ROOT, Stack, clean_env, docker_objects, listening_sockets, run
+from stack import PROJECT, ROOT, Stack, clean_env, docker_objects, free_ports, listening_sockets, run
 
 UP_TIMEOUT_S = 30 * 60
 TRAIN_TIMEOUT_S = 30 * 60
@@ -43,6 +43,8 @@ def stack(tmp_path_factory):
         "HF_TOKEN": "hf_" + secrets.token_hex(12),
         "E2B_API_KEY": "e2b_" + secrets.token_hex(12),
     }
+    # Its own ports, not the defaults (8000/8001/8100/20241): the test must pass beside whatever else holds those.
+    ports = dict(zip(("ENGINE_PORT", "ENV_SERVER_PORT", "CAPTURE_PORT", "TUNNEL_METRICS_PORT"), free_ports(4)))
     env_file = run_dir / "smoke.env"
     env_file.write_text(
         "".join(
@@ -53,6 +55,7 @@ def stack(tmp_path_factory):
                 "CPU_TRIALS_DIR": str(trials),
                 "CPU_MAX_STEPS": "2",
                 "RUN_NAME": "",
+                **{k: str(v) for k, v in ports.items()},
             }.items()
         )
     )
@@ -62,6 +65,7 @@ def stack(tmp_path_factory):
 
     s = Stack(env_file=env_file, env=env)
     s.secret_values = secret_values
+    s.ports = ports
     s.bucket = bucket
     s.trials = trials
     s.before_objects = before_objects
@@ -222,11 +226,10 @@ def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
     assert doc["state"] == "withdrawn", doc
     from openenv.harbor.client import HarborEnv
 
-    with HarborEnv(base_url="http://127.0.0.1:8000") as env:
+    engine = f"http://127.0.0.1:{trained.ports['ENGINE_PORT']}/v1"
+    with HarborEnv(base_url=f"http://127.0.0.1:{trained.ports['ENV_SERVER_PORT']}") as env:
         split = env.splits()[0]["name"]
-        result = env.run_rollout(
-            split=split, task_index=0, harness="mini-swe-agent", sandbox="docker", llm_url="http://127.0.0.1:8001/v1"
-        )
+        result = env.run_rollout(split=split, task_index=0, harness="mini-swe-agent", sandbox="docker", llm_url=engine)
     assert result.reward is None and "tunnel not verified" in (result.error or ""), result
 
 
