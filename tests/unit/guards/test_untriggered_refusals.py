@@ -1,0 +1,44 @@
+"""Preflight refusals no other test triggered, each with its exact one line (the rest of the configuration is
+good, so each failure is the only one of its check)."""
+
+from test_checks import GCSFUSE, failures, good_env, probes_for
+
+from guards.checks import OPT_OUT_PHRASE
+
+
+def test_hf_home_unset(tmp_path):
+    env = good_env(tmp_path, HF_HOME="")
+    assert failures(env, probes_for(tmp_path, GCSFUSE)) == {
+        "hf-home": f"HF_HOME is not set: set HF_HOME={env['BUCKET_DIR']}/hf-home so the model cache survives the VM"
+    }
+
+
+def test_ports_that_are_not_ports(tmp_path):
+    env = good_env(tmp_path, ENGINE_PORT="0", ENV_SERVER_PORT="http", TUNNEL_METRICS_PORT="70000")
+    assert failures(env, probes_for(tmp_path, GCSFUSE)) == {
+        "ports": "ENGINE_PORT=0 is not a TCP port: pick one in 1-65535; "
+        "ENV_SERVER_PORT='http' is not an integer: set it to a whole number (default 8000); "
+        "TUNNEL_METRICS_PORT=70000 is not a TCP port: pick one in 1-65535"
+    }
+
+
+def test_negative_gpu_count(tmp_path):
+    assert failures(good_env(tmp_path, REQUIRED_GPUS="-1"), probes_for(tmp_path, GCSFUSE)) == {
+        "gpus": "REQUIRED_GPUS=-1 is negative: set it to the GPUs this host must have (2; 0 in the CPU form)"
+    }
+
+
+def test_blank_sandbox(tmp_path):
+    assert failures(good_env(tmp_path, SANDBOX="  "), probes_for(tmp_path, GCSFUSE)) == {
+        "sandbox": "SANDBOX is empty: set SANDBOX=e2b (production) or SANDBOX=docker (local sandboxes)"
+    }
+
+
+def test_unreadable_mountinfo(tmp_path):
+    env = good_env(tmp_path)
+    probes = probes_for(tmp_path, GCSFUSE)
+    probes.mountinfo_path = str(tmp_path / "no-proc" / "mountinfo")
+    assert failures(env, probes) == {
+        "bucket-mount": f"cannot read {probes.mountinfo_path} (No such file or directory) to inspect "
+        f"{env['BUCKET_DIR']}: run on Linux, or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE}"
+    }
