@@ -42,3 +42,19 @@ def test_unreadable_mountinfo(tmp_path):
         "bucket-mount": f"cannot read {probes.mountinfo_path} (No such file or directory) to inspect "
         f"{env['BUCKET_DIR']}: run on Linux, or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE}"
     }
+
+
+def test_train_script_override_is_copied_once_and_reused_on_resume(tmp_path):
+    from guards.train_script import materialize, resolve
+
+    script = tmp_path / "mine.py"
+    script.write_text("print('first')\n")
+    run_dir = tmp_path / "checkpoints" / "run"
+    first = materialize(resolve(str(script)), run_dir)
+    assert first == run_dir / "train_script.py" and first.read_text() == "print('first')\n"
+    # Edited (or a URL that now serves something else) between the start and the resume: the resumed run
+    # keeps running the script it started with.
+    script.write_text("print('second')\n")
+    assert materialize(resolve(str(script)), run_dir).read_text() == "print('first')\n"
+    # A new run gets the new script.
+    assert materialize(resolve(str(script)), tmp_path / "checkpoints" / "run2").read_text() == "print('second')\n"
