@@ -22,6 +22,8 @@ import shlex
 from collections.abc import Mapping
 
 from stack import deployment
+from stack.env import Env, EnvError
+from stack.facts import DEFAULT_PORTS, LOOPBACK_HOSTS
 
 REQUIRED_CAPTURE_FLAGS = (
     "--return-tokens-as-token-ids",
@@ -48,12 +50,11 @@ MANAGED_FLAGS = {
     "--default-chat-template-kwargs": "CHAT_TEMPLATE_KWARGS",
 }
 
-LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 WEIGHT_TRANSFER_CONFIG = '{"backend":"nccl"}'
 
 
-class ConfigError(ValueError):
-    """A bad engine setting; the message is one line that names the fix."""
+# A bad engine setting; the message is one line that names the fix.
+ConfigError = EnvError
 
 
 def _flag_name(token: str) -> str:
@@ -64,22 +65,15 @@ def _flag_name(token: str) -> str:
     return name
 
 
-def _positive_int(env: Mapping[str, str], key: str, default: str) -> str:
-    raw = (env.get(key) or default).strip()
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"{key}={raw!r} must be a positive integer; fix it in .env")
-    return raw
+def _positive_int(read: Env, key: str, default: int) -> str:
+    return str(read.integer(key, default, minimum=1))
 
 
-def _fraction(env: Mapping[str, str], key: str, default: str) -> str:
-    raw = (env.get(key) or default).strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value <= 1.0:
-        raise ConfigError(f"{key}={raw!r} must be a number in (0, 1], e.g. 0.85; fix it in .env")
-    return raw
+def _fraction(read: Env, key: str, default: float) -> str:
+    value = read.number(key, default, maximum=1.0, fix=f"set {key} to a fraction of the GPU in (0, 1], e.g. 0.85")
+    if value <= 0:
+        raise ConfigError(f"{key}={value:g} is not in (0, 1]: set {key} to a fraction of the GPU, e.g. 0.85")
+    return f"{value:g}"
 
 
 def check_extra_args(extra: list[str]) -> None:
@@ -111,21 +105,26 @@ def check_extra_args(extra: list[str]) -> None:
 
 def build_command(env: Mapping[str, str]) -> list[str]:
     """The full argv for `vllm serve`, or ConfigError naming the setting to fix."""
-    model = (env.get("MODEL") or "").strip()
+    read = Env(env)
+    model = read.text("MODEL")
     if not model:
         raise ConfigError("MODEL is empty: set MODEL in .env to a Hugging Face model id or a local path")
-    host = (env.get("ENGINE_HOST") or "127.0.0.1").strip()
     try:
         where = deployment.read(env)
     except deployment.DeploymentError as exc:
         raise ConfigError(str(exc)) from None
-    if host not in LOOPBACK_HOSTS and where != deployment.KUBERNETES:
-        raise ConfigError(
-            f"ENGINE_HOST={host!r}: the engine is on the host network and must bind 127.0.0.1 "
-            "(only the capture proxy is public); set ENGINE_HOST=127.0.0.1"
+    # In a pod (DEPLOYMENT=kubernetes) the engine binds the pod's interface; NetworkPolicies keep it in.
+    host = read.text("ENGINE_HOST", "127.0.0.1")
+    if where != deployment.KUBERNETES:
+        host = read.choice(
+            "ENGINE_HOST",
+            "127.0.0.1",
+            LOOPBACK_HOSTS,
+            fix="the engine is on the host network and must bind 127.0.0.1 (only the capture proxy is public); "
+            "set ENGINE_HOST=127.0.0.1",
         )
-    port = _positive_int(env, "ENGINE_PORT", "8001")
-    tool_parser = (env.get("TOOL_CALL_PARSER") or "").strip()
+    port = str(read.port("ENGINE_PORT", DEFAULT_PORTS["ENGINE_PORT"]))
+    tool_parser = read.text("TOOL_CALL_PARSER")
     if not tool_parser:
         raise ConfigError(
             "TOOL_CALL_PARSER is empty: mini-swe-agent drives the model through OpenAI tool calls, so vLLM "
@@ -141,23 +140,23 @@ def build_command(env: Mapping[str, str]) -> list[str]:
         "--port",
         port,
         "--max-model-len",
-        _positive_int(env, "ENGINE_MAX_MODEL_LEN", "32768"),
+        _positive_int(read, "ENGINE_MAX_MODEL_LEN", 32768),
         "--gpu-memory-utilization",
-        _fraction(env, "ENGINE_GPU_MEMORY_UTILIZATION", "0.85"),
+        _fraction(read, "ENGINE_GPU_MEMORY_UTILIZATION", 0.85),
         "--tensor-parallel-size",
-        _positive_int(env, "ENGINE_TENSOR_PARALLEL_SIZE", "1"),
+        _positive_int(read, "ENGINE_TENSOR_PARALLEL_SIZE", 1),
         "--data-parallel-size",
-        _positive_int(env, "ENGINE_DATA_PARALLEL_SIZE", "1"),
+        _positive_int(read, "ENGINE_DATA_PARALLEL_SIZE", 1),
         "--dtype",
-        (env.get("ENGINE_DTYPE") or "bfloat16").strip(),
+        read.text("ENGINE_DTYPE", "bfloat16"),
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         tool_parser,
     ]
-    reasoning = (env.get("REASONING_PARSER") or "").strip()
+    reasoning = read.text("REASONING_PARSER")
     if reasoning:
         argv += ["--reasoning-parser", reasoning]
-    kwargs = (env.get("CHAT_TEMPLATE_KWARGS") or "").strip()
+    kwargs = read.text("CHAT_TEMPLATE_KWARGS")
     if kwargs:
         try:
             parsed = json.loads(kwargs)

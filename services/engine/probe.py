@@ -20,12 +20,15 @@ Usage: python3 -m engine.probe [BASE_URL]   (default http://$ENGINE_HOST:$ENGINE
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from stack.endpoints import openai_base
+from stack.env import Env, EnvError
+from stack.facts import DEFAULT_PORTS
 
 FLAG_IDS = "--return-tokens-as-token-ids"
 FLAG_PROCESSED = "--logprobs-mode processed_logprobs"
@@ -152,12 +155,10 @@ def unproven(model: str, why: str, accepted_for: str, proven_before: bool = Fals
 
 def probe(base: str, timeout: float = 20.0, accepted_for: str = "", proven_file: Path | None = None) -> str:
     """One-line verdict when healthy; raises Unhealthy with the reason otherwise."""
-    base = base.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    models = _request(f"{base}/v1/models", None, timeout).get("data") or []
+    api = openai_base(base)  # `base` is the engine's root, as ENGINE_URL is everywhere
+    models = _request(f"{api}/models", None, timeout).get("data") or []
     if not models:
-        raise Unhealthy(f"{base}/v1/models lists no model: the engine has not loaded one")
+        raise Unhealthy(f"{api}/models lists no model: the engine has not loaded one")
     model = models[0]["id"]
     body = {
         "model": model,
@@ -168,7 +169,7 @@ def probe(base: str, timeout: float = 20.0, accepted_for: str = "", proven_file:
         "top_logprobs": 1,
         "return_token_ids": True,
     }
-    payload = _request(f"{base}/v1/chat/completions", body, timeout)
+    payload = _request(f"{api}/chat/completions", body, timeout)
     problems = grade_completion(payload)
     if problems:
         raise Unhealthy("; ".join(problems))
@@ -184,7 +185,7 @@ def probe(base: str, timeout: float = 20.0, accepted_for: str = "", proven_file:
             "top_logprobs": 5,
             **UNTRUNCATED,
         }
-        gap, reason = measure_gap(_request(f"{base}/v1/chat/completions", one, timeout))
+        gap, reason = measure_gap(_request(f"{api}/chat/completions", one, timeout))
         gaps.append(gap)
         why = why or (f"{reason} at temperature {temperature:g}" if reason else "")
     mode = logprobs_mode(*gaps)
@@ -226,10 +227,18 @@ def _write(path: Path | None, model: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    host = os.environ.get("ENGINE_HOST") or "127.0.0.1"
-    base = argv[0] if argv else f"http://{host}:{os.environ.get('ENGINE_PORT') or '8001'}"
+    read = Env()
     try:
-        print(probe(base, accepted_for=os.environ.get(UNPROVEN_OK) or "", proven_file=PROVEN_FILE))
+        base = (
+            argv[0]
+            if argv
+            else f"http://{read.text('ENGINE_HOST', '127.0.0.1')}:{read.port('ENGINE_PORT', DEFAULT_PORTS['ENGINE_PORT'])}"
+        )
+    except EnvError as exc:
+        print(f"engine UNHEALTHY: {exc}")
+        return 1
+    try:
+        print(probe(base, accepted_for=read.text(UNPROVEN_OK), proven_file=PROVEN_FILE))
         return 0
     except Unhealthy as exc:
         print(f"engine UNHEALTHY: {exc}")

@@ -26,7 +26,7 @@ import httpx
 from openenv.core.harness.capture.server import UpstreamPool
 from openenv.harbor.serving import HarborService
 
-import handoff
+from stack import handoff
 
 from . import frozen_fixes
 from .checks import engine_reachable
@@ -98,7 +98,7 @@ class LoopbackHarborService(HarborService):
         pinned = pinned_url.get()
         if pinned is not None:
             return pinned
-        verified = handoff.read(self.handoff_dir, max_age_s=handoff.max_age_from_env())
+        verified, _why = handoff.lookup(self.handoff_dir)
         return verified.url if verified else ""
 
     @public_url.setter

@@ -8,7 +8,6 @@ engine, so an engine that is not up yet is reported and re-probed when a rollout
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -17,7 +16,10 @@ from typing import Any
 
 import httpx
 
-from .settings import DEFAULT_DATASET, REMOTE_TASKS_OK_PHRASE, ConfigError, Settings
+from stack import handoff, mountinfo
+from stack.facts import DEFAULT_DATASET
+
+from .settings import REMOTE_TASKS_OK_PHRASE, ConfigError, Settings
 
 # --- datasets -------------------------------------------------------------------------------------
 
@@ -102,11 +104,9 @@ class SandboxReport:
 
 def _mount_points() -> set[str]:
     try:
-        text = Path("/proc/self/mountinfo").read_text()
+        return mountinfo.mount_points(mountinfo.read())
     except OSError:
         return set()
-    # Field 5 is the mount point, with spaces escaped as \040.
-    return {line.split()[4].replace("\\040", " ") for line in text.splitlines() if len(line.split()) > 4}
 
 
 def in_container() -> bool:
@@ -298,23 +298,13 @@ def probe_engine(url: str, model: str, timeout: float = 5.0) -> EngineStatus:
 
 
 def handoff_line(handoff_dir: str) -> str:
-    import handoff
-
-    doc = handoff.read_raw(handoff_dir)
-    verified = handoff.read(handoff_dir)
+    verified, why = handoff.lookup(handoff_dir)
     if verified is not None:
         return (
             f"tunnel    verified {verified.url} (provider {verified.provider}, checked "
             f"{verified.age_s():.0f}s ago): rollouts advertise it to sandboxes"
         )
-    state = doc.get("state") or "none"
-    if state == "withdrawn":
-        why = f"withdrawn: {doc.get('reason', '')}"
-    elif state == "unreadable":
-        why = f"hand-off unreadable: {doc.get('reason', '')}"
-    else:
-        why = "no URL verified yet"
     return (
         f"tunnel    {why}; rollouts are refused until tunnel-check verifies the capture proxy's "
-        f"public URL (hand-off {os.path.join(handoff_dir, handoff.FILENAME)})"
+        f"public URL (hand-off {handoff.handoff_path(handoff_dir)})"
     )

@@ -7,20 +7,28 @@ Exit 0 healthy, 1 not, with one line saying which part failed.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import httpx
 
+from stack.env import Env, EnvError
+from stack.facts import DEFAULT_PORTS
 
-def _host(name: str) -> str:
-    host = os.environ.get(name) or "127.0.0.1"
+
+def _host(read: Env, name: str) -> str:
+    host = read.text(name, "127.0.0.1")
     return "127.0.0.1" if host == "0.0.0.0" else host
 
 
 def check(timeout: float = 5.0) -> tuple[bool, str]:
-    capture = f"http://{_host('CAPTURE_HOST')}:{os.environ.get('CAPTURE_PORT') or 8100}/health"
-    task_api = f"http://{_host('ENV_SERVER_HOST')}:{os.environ.get('ENV_SERVER_PORT') or 8000}/harbor_env/splits"
+    read = Env()
+    try:
+        capture_port = read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"])
+        task_port = read.port("ENV_SERVER_PORT", DEFAULT_PORTS["ENV_SERVER_PORT"])
+    except EnvError as exc:
+        return False, str(exc)
+    capture = f"http://{_host(read, 'CAPTURE_HOST')}:{capture_port}/health"
+    task_api = f"http://{_host(read, 'ENV_SERVER_HOST')}:{task_port}/harbor_env/splits"
     try:
         doc = httpx.get(capture, timeout=timeout).json()
     except (httpx.HTTPError, ValueError) as exc:

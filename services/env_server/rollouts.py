@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any, ClassVar
 
 from openenv.harbor.environment import HarborEnvironment
 from openenv.harbor.models import HarborRolloutResult
 
-import handoff
+from stack import handoff
+from stack.endpoints import openai_base
+from stack.facts import HANDOFF_DIR
 
 from .capture import pinned_url
 from .checks import engine_reachable, pick_model
@@ -79,18 +80,19 @@ class GatedHarborEnvironment(HarborEnvironment):
     sandbox_backend: ClassVar[str] = "e2b"
     engine_url: ClassVar[str] = ""
     engine_model: ClassVar[str] = ""
-    handoff_dir: ClassVar[str] = "/handoff"
+    handoff_dir: ClassVar[str] = HANDOFF_DIR
 
     @classmethod
-    def configure_gate(
-        cls, *, sandbox: str, engine_url: str, model: str, handoff_dir: str, inflight: Inflight | None = None
-    ) -> None:
-        cls.sandbox_backend = sandbox
-        cls.engine_url = engine_url
+    def configure_stack(cls, settings: Any, *, model: str, llm: dict[str, Any], inflight: Inflight) -> None:
+        """The one place this class is configured: OpenEnv's part (datasets, engine, its probe report)
+        and the gate's (sandbox backend, hand-off, in-flight registry), from the same settings."""
+        llm_url = openai_base(settings.engine_url)
+        cls.configure(datasets=list(settings.datasets), llm_url=llm_url, model=model, llm=llm)
+        cls.sandbox_backend = settings.sandbox
+        cls.engine_url = llm_url
         cls.engine_model = model
-        cls.handoff_dir = handoff_dir
-        if inflight is not None:
-            cls.inflight = inflight
+        cls.handoff_dir = settings.handoff_dir
+        cls.inflight = inflight
 
     async def _run_rollout(  # type: ignore[override]
         self,
@@ -118,20 +120,11 @@ class GatedHarborEnvironment(HarborEnvironment):
                 harness,
                 sandbox,
             )
-        # A verification older than tunnel-check's own withdrawal bound is not trusted: a killed
-        # tunnel-check cannot withdraw its last record, and nobody is checking that URL any more.
-        verified = handoff.read(cls.handoff_dir, max_age_s=handoff.max_age_from_env())
+        # The record states its own validity: a killed tunnel-check cannot withdraw it, but it expires.
+        verified, why = handoff.lookup(cls.handoff_dir)
         if verified is None:
-            doc = handoff.read_raw(cls.handoff_dir)
-            if doc.get("state") == "withdrawn":
-                why = f" (withdrawn: {doc.get('reason')})"
-            elif doc.get("state") == "verified":
-                age = time.time() - float(doc.get("verified_at") or 0)
-                why = f" (last verified {age:.0f} s ago: tunnel-check has stopped re-checking it)"
-            else:
-                why = ""
             return refused(
-                f"tunnel not verified yet{why}: no public URL for the capture proxy, so a sandbox could not "
+                f"tunnel not verified yet ({why}): no public URL for the capture proxy, so a sandbox could not "
                 "reach it; rollout not started. Wait for tunnel-check to verify the URL (docker compose logs "
                 "tunnel-check)",
                 harness,

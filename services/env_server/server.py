@@ -15,7 +15,9 @@ import os
 import sys
 from typing import Any
 
-import handoff
+from stack import handoff
+from stack.endpoints import openai_base
+from stack.facts import LOOPBACK_HOSTS
 
 from .settings import ConfigError, Settings
 
@@ -26,12 +28,13 @@ def say(line: str = "") -> None:
     print(line, flush=True)
 
 
-def fail(line: str) -> None:
-    say(f"env-server: cannot start: {line}")
+def fail(lines: str) -> None:
+    for line in lines.splitlines():
+        say(f"env-server: cannot start: {line}")
     sys.exit(2)
 
 
-def build_app(service: Any, settings: Settings, llm: dict[str, Any]) -> Any:
+def build_app(service: Any, settings: Settings, llm: dict[str, Any], inflight: Any) -> Any:
     """OpenEnv's `serving.build_app`, with the gated environment class and without the Gradio UI
     (the Task API is loopback-only here; nobody browses it)."""
     from openenv.core.env_server.http_server import create_app
@@ -41,9 +44,7 @@ def build_app(service: Any, settings: Settings, llm: dict[str, Any]) -> Any:
 
     from .rollouts import GatedHarborEnvironment
 
-    GatedHarborEnvironment.configure(
-        datasets=list(settings.datasets), llm_url=settings.engine_url, model=service.model, llm=llm
-    )
+    GatedHarborEnvironment.configure_stack(settings, model=service.model, llm=llm, inflight=inflight)
     app = create_app(
         GatedHarborEnvironment,
         CallToolAction,
@@ -58,12 +59,13 @@ def build_app(service: Any, settings: Settings, llm: dict[str, Any]) -> Any:
     def stack_status() -> dict[str, Any]:
         """For `scripts/status`: sandboxes in flight and the hand-off as this server reads it (loopback only)."""
         inflight = GatedHarborEnvironment.inflight
-        verified = handoff.read(GatedHarborEnvironment.handoff_dir, max_age_s=handoff.max_age_from_env())
+        verified, why = handoff.lookup(GatedHarborEnvironment.handoff_dir)
         return {
             "inflight": len(inflight),
             "labels": inflight.labels(),
             "draining": inflight.draining,
             "advertised_url": verified.url if verified else None,
+            "no_url_because": why or None,
             "public_front": {
                 "refused": dict(service.front.refused),
                 "fields_dropped": dict(service.front.fields_dropped),
@@ -162,7 +164,7 @@ def main() -> None:
     lines.append(sandboxes.reap(settings.sandbox, prefix))
     os.environ["OPENENV_HARBOR_TRIALS_DIR"] = settings.trials_dir
 
-    engine = checks.probe_engine(settings.engine_url, settings.model)
+    engine = checks.probe_engine(openai_base(settings.engine_url), settings.model)
     lines.append(engine.line())
     lines += [f"          {f}" for f in engine.findings]
     if engine.unproven_line():
@@ -172,12 +174,12 @@ def main() -> None:
     from openenv.harbor.serving import HarborService
 
     from .capture import LoopbackHarborService
-    from .rollouts import GatedHarborEnvironment, Inflight
+    from .rollouts import Inflight
 
     service = LoopbackHarborService(
         capture_host=settings.capture_host,
         handoff_dir=settings.handoff_dir,
-        llm_url=settings.engine_url,
+        llm_url=openai_base(settings.engine_url),
         model=engine.model or settings.model,
         datasets=list(settings.datasets),
         capture_port=settings.capture_port,
@@ -200,7 +202,7 @@ def main() -> None:
         f"bodies <= {settings.capture_max_body_mb} MB (CAPTURE_MAX_BODY_MB), {settings.capture_max_concurrent} "
         "model calls at once (CAPTURE_MAX_CONCURRENT); engine parameter fixes frozen"
     )
-    if settings.capture_host not in ("127.0.0.1", "localhost", "::1"):
+    if settings.capture_host not in LOOPBACK_HOSTS:
         lines.append(
             f"          CAPTURE_HOST={settings.capture_host}: the proxy is reachable beyond loopback on purpose"
         )
@@ -213,14 +215,7 @@ def main() -> None:
     lines += [f"note      {n}" for n in settings.notes]
 
     inflight = Inflight()
-    GatedHarborEnvironment.configure_gate(
-        sandbox=settings.sandbox,
-        engine_url=settings.engine_url,
-        model=service.model,
-        handoff_dir=settings.handoff_dir,
-        inflight=inflight,
-    )
-    app = build_app(service, settings, engine.report)
+    app = build_app(service, settings, engine.report, inflight)
 
     # OpenEnv's own report (Harbor's preflight for the sandbox, datasets, validated harnesses), then ours.
     caps = capabilities(datasets=list(settings.datasets), llm=engine.report, sandboxes=(settings.sandbox,))

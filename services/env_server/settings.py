@@ -6,13 +6,23 @@ logs env-server` says what to change instead of showing a traceback.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-SANDBOXES = ("e2b", "docker")
-AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")
-DEFAULT_DATASET = "/app/datasets/starter"
+from stack.endpoints import DEFAULT_ENGINE_URL, read_engine_url
+from stack.env import Env, EnvError
+from stack.facts import (
+    AGENT_INSTALLS,
+    DEFAULT_DATASET,
+    DEFAULT_PORTS,
+    DEFAULT_SANDBOX,
+    DEFAULT_TUNNEL_PROVIDER,
+    HANDOFF_DIR,
+    SANDBOXES,
+    TUNNEL_PROVIDER_ALIASES,
+    TUNNEL_PROVIDERS,
+)
+
 # Addresses that mean "every interface": the capture proxy is the one public surface and must be bound
 # to one interface on purpose (loopback behind a tunnel, or the address the sandboxes route to).
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*", "")
@@ -20,9 +30,7 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*", "")
 # socket is root on the host): only tasks from a local folder the operator put there, unless this phrase.
 REMOTE_TASKS_OK_PHRASE = "i-trust-these-tasks-with-this-host"
 
-
-class ConfigError(Exception):
-    """A setting the server cannot start with. `str(exc)` is the one line an operator reads."""
+ConfigError = EnvError
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,7 @@ class Settings:
     env_server_port: int = 8000
     capture_host: str = "127.0.0.1"
     capture_port: int = 8100
-    engine_url: str = "http://127.0.0.1:8001/v1"
+    engine_url: str = DEFAULT_ENGINE_URL  # the root; stack.endpoints.openai_base adds /v1
     model: str = ""
     datasets: tuple[str, ...] = (DEFAULT_DATASET,)
     sandbox: str = "e2b"
@@ -45,7 +53,7 @@ class Settings:
     agent_install: str = "online"
     wheelhouse_dir: str = "/wheelhouse"
     trials_dir: str = "/var/lib/asyncgrpo-harbor/trials"
-    handoff_dir: str = "/handoff"
+    handoff_dir: str = HANDOFF_DIR
     # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL.
     shutdown_grace_s: float = 75.0
     # The public front (front.py). A full 32k-token context is ~150 KB of JSON; 8 MB is generous.
@@ -62,43 +70,25 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
+        read = Env(env, collect=True)
         notes: list[str] = []
+        sandbox = read.choice(
+            "SANDBOX",
+            DEFAULT_SANDBOX,
+            SANDBOXES,
+            fix="set SANDBOX to e2b (production) or docker (local sandboxes)",
+        )
+        agent_install = read.choice("AGENT_INSTALL", "online", AGENT_INSTALLS)
+        datasets = tuple(d.strip() for d in read.text("DATASETS", DEFAULT_DATASET).split(",") if d.strip())
 
-        def text(name: str, default: str) -> str:
-            return (env.get(name) or "").strip() or default
-
-        def integer(name: str, default: int, minimum: int = 0) -> int:
-            raw = text(name, str(default))
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigError(
-                    f"{name}={raw!r} is not a whole number; set {name} in .env (default {default})"
-                ) from None
-            if value < minimum:
-                raise ConfigError(f"{name}={value} must be >= {minimum}; fix {name} in .env")
-            return value
-
-        sandbox = text("SANDBOX", "e2b").lower()
-        if sandbox not in SANDBOXES:
-            raise ConfigError(
-                f"SANDBOX={sandbox!r} is not supported here; set SANDBOX to one of {', '.join(SANDBOXES)}"
-            )
-        agent_install = text("AGENT_INSTALL", "online").lower()
-        if agent_install not in AGENT_INSTALLS:
-            raise ConfigError(
-                f"AGENT_INSTALL={agent_install!r} is unknown; set it to one of {', '.join(AGENT_INSTALLS)}"
-            )
-        datasets = tuple(d.strip() for d in text("DATASETS", DEFAULT_DATASET).split(",") if d.strip())
         # Held-out datasets are served from the same process (shared sandbox templates); the trainer
         # keeps them out of training (trainer/task_select.py).
-        for spec in (d.strip() for d in text("EVAL_DATASETS", "").split(",")):
+        for spec in (d.strip() for d in read.text("EVAL_DATASETS").split(",")):
             if spec and spec not in datasets:
                 datasets += (spec,)
 
-        max_inflight = integer("MAX_INFLIGHT_ROLLOUTS", 8, minimum=1)
-        max_envs = integer("MAX_CONCURRENT_ENVS", 16, minimum=1)
+        max_inflight = read.integer("MAX_INFLIGHT_ROLLOUTS", 8, minimum=1)
+        max_envs = read.integer("MAX_CONCURRENT_ENVS", 16, minimum=1)
         if max_envs < max_inflight:
             # Each in-flight rollout holds one MCP session for its whole run; with fewer sessions than
             # rollouts the surplus is refused by OpenEnv's session cap, and the trainer sees failures.
@@ -108,59 +98,57 @@ class Settings:
             )
             max_envs = max_inflight
 
-        capture_host = (env.get("CAPTURE_HOST") or "127.0.0.1").strip()
+        capture_host = read.text("CAPTURE_HOST", "127.0.0.1")
         if capture_host in WILDCARD_HOSTS:
             raise ConfigError(
                 f"CAPTURE_HOST={capture_host!r} would publish the capture proxy on every interface: set it to "
                 "127.0.0.1 (behind a tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)"
             )
-        tunnel_provider = text("TUNNEL_PROVIDER", "cloudflared").lower()
-        direct_url = text("DIRECT_URL", "")
+        tunnel_provider = read.choice(
+            "TUNNEL_PROVIDER", DEFAULT_TUNNEL_PROVIDER, TUNNEL_PROVIDERS, aliases=TUNNEL_PROVIDER_ALIASES
+        )
+        direct_url = read.url("DIRECT_URL", fix="set DIRECT_URL with its scheme, e.g. https://capture.example.com")
         if tunnel_provider == "direct" and sandbox == "e2b" and direct_url.lower().startswith("http://"):
             raise ConfigError(
                 f"DIRECT_URL={direct_url} is plain http but SANDBOX=e2b sandboxes reach it across the internet, "
                 "where each sandbox's session key would travel in clear text: put TLS in front of the capture "
                 "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
             )
-        task_env_allow = tuple(v.strip() for v in text("TASK_ENV_ALLOW", "").split(",") if v.strip())
-        remote_ok = text("SANDBOX_DOCKER_REMOTE_TASKS_OK", "")
+        task_env_allow = tuple(v.strip() for v in read.text("TASK_ENV_ALLOW").split(",") if v.strip())
+        remote_ok = read.text("SANDBOX_DOCKER_REMOTE_TASKS_OK")
         if remote_ok and remote_ok != REMOTE_TASKS_OK_PHRASE:
             raise ConfigError(
                 f"SANDBOX_DOCKER_REMOTE_TASKS_OK={remote_ok!r} is not the opt-out phrase: set it to exactly "
                 f"{REMOTE_TASKS_OK_PHRASE}, or leave it empty"
             )
 
-        grace_raw = text("SHUTDOWN_GRACE_S", "75")
-        try:
-            grace = float(grace_raw)
-        except ValueError:
-            raise ConfigError(f"SHUTDOWN_GRACE_S={grace_raw!r} is not a number of seconds") from None
-
-        return cls(
-            env_server_host=text("ENV_SERVER_HOST", "127.0.0.1"),
-            env_server_port=integer("ENV_SERVER_PORT", 8000, minimum=1),
+        settings = cls(
+            env_server_host=read.text("ENV_SERVER_HOST", "127.0.0.1"),
+            env_server_port=read.port("ENV_SERVER_PORT", DEFAULT_PORTS["ENV_SERVER_PORT"]),
             capture_host=capture_host,
-            capture_port=integer("CAPTURE_PORT", 8100, minimum=1),
-            engine_url=text("ENGINE_URL", "http://127.0.0.1:8001/v1").rstrip("/"),
-            model=text("MODEL", ""),
+            capture_port=read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"]),
+            engine_url=read_engine_url(read),
+            model=read.text("MODEL"),
             datasets=datasets or (DEFAULT_DATASET,),
             sandbox=sandbox,
-            e2b_key_set=bool(text("E2B_API_KEY", "")),
-            admin_key_set=bool(text("OPENENV_CAPTURE_ADMIN_KEY", "")),
-            max_output_tokens=integer("MAX_OUTPUT_TOKENS", 4096, minimum=0),
+            e2b_key_set=bool(read.text("E2B_API_KEY")),
+            admin_key_set=bool(read.text("OPENENV_CAPTURE_ADMIN_KEY")),
+            max_output_tokens=read.integer("MAX_OUTPUT_TOKENS", 4096, minimum=0),
             max_concurrent_envs=max_envs,
             max_inflight_rollouts=max_inflight,
             tunnel_provider=tunnel_provider,
             agent_install=agent_install,
-            wheelhouse_dir=text("WHEELHOUSE_DIR", "/wheelhouse"),
-            trials_dir=text("TRIALS_DIR", "/var/lib/asyncgrpo-harbor/trials"),
-            handoff_dir=text("HANDOFF_DIR", "/handoff"),
-            shutdown_grace_s=grace,
-            capture_max_body_mb=integer("CAPTURE_MAX_BODY_MB", 8, minimum=1),
-            capture_max_concurrent=integer("CAPTURE_MAX_CONCURRENT", 64, minimum=1),
+            wheelhouse_dir=read.path("WHEELHOUSE_DIR", "/wheelhouse"),
+            trials_dir=read.path("TRIALS_DIR", "/var/lib/asyncgrpo-harbor/trials"),
+            handoff_dir=read.path("HANDOFF_DIR", HANDOFF_DIR),
+            shutdown_grace_s=read.number("SHUTDOWN_GRACE_S", 75.0, minimum=0),
+            capture_max_body_mb=read.integer("CAPTURE_MAX_BODY_MB", 8, minimum=1),
+            capture_max_concurrent=read.integer("CAPTURE_MAX_CONCURRENT", 64, minimum=1),
             task_env_allow=task_env_allow,
             direct_url=direct_url,
             remote_tasks_ok=bool(remote_ok),
-            stack_name=text("STACK_NAME", ""),
+            stack_name=read.text("STACK_NAME"),
             notes=tuple(notes),
         )
+        read.check()
+        return settings

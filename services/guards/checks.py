@@ -15,15 +15,26 @@ import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from . import cluster, disk, mountinfo, ports
+from stack import mountinfo
+from stack.env import Env, EnvError
+from stack.facts import (
+    BUCKET_DIR,
+    BUCKET_OPT_OUT_PHRASE,
+    DEFAULT_PORTS,
+    DEFAULT_SANDBOX,
+    DEFAULT_TUNNEL_PROVIDER,
+    SANDBOXES,
+    TUNNEL_PROVIDER_ALIASES,
+    TUNNEL_PROVIDERS,
+)
+
+from . import cluster, disk, ports
+from .bucket import bucket_verdict
 from .train_script import TrainScriptError, resolve
 
-OPT_OUT_PHRASE = "i-accept-losing-checkpoints"
-DEFAULT_STEP_LIMIT = 12  # model calls per rollout; the trainer's reader enforces >= 1
-TUNNEL_PROVIDERS = ("cloudflared", "gradio", "direct")
-PORT_VARS = {"ENGINE_PORT": 8001, "ENV_SERVER_PORT": 8000, "CAPTURE_PORT": 8100, "TUNNEL_METRICS_PORT": 20241}
+OPT_OUT_PHRASE = BUCKET_OPT_OUT_PHRASE
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -40,7 +51,7 @@ class Failure:
 class Probes:
     """What the checks look at on the machine. Tests replace these; production uses the defaults."""
 
-    mountinfo_path: str = "/proc/self/mountinfo"
+    mountinfo_path: str = mountinfo.MOUNTINFO
     docker_socket: str = "/var/run/docker.sock"
     gpu_count: Callable[[], tuple[int, str]] | None = None
     visible_gpus: Callable[[], tuple[int, str]] | None = None
@@ -48,7 +59,6 @@ class Probes:
     model_size: Callable | None = None  # (model, hf_home) -> disk.ModelSize | None
     free_bytes: Callable[[str], int] | None = None
     port_owner: Callable | None = None  # (env) -> ports.Owners
-    extra: dict = field(default_factory=dict)
 
 
 def count_gpus() -> tuple[int, str]:
@@ -68,23 +78,10 @@ def count_gpus() -> tuple[int, str]:
         return 0, "no nvidia-smi and no torch"
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer: set it to a whole number (default {default})") from None
-
-
 def check_gpus(env, probes):
-    try:
-        required = _int(env, "REQUIRED_GPUS", 2)
-    except ValueError as exc:
-        return str(exc)
-    if required < 0:
-        return f"REQUIRED_GPUS={required} is negative: set it to the GPUs this host must have (2; 0 in the CPU form)"
+    required = Env(env).integer(
+        "REQUIRED_GPUS", 2, minimum=0, fix="set it to the GPUs this host must have (2; 0 in the CPU form)"
+    )
     if required == 0:
         return None
     found, how = (probes.gpu_count or count_gpus)()
@@ -97,7 +94,7 @@ def check_gpus(env, probes):
 
 
 def check_bucket_mount(env, probes):
-    bucket = env.get("BUCKET_DIR") or "/bucket"
+    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
     opt_out = (env.get("BUCKET_NOT_A_MOUNT_OK") or "").strip()
     if opt_out and opt_out != OPT_OUT_PHRASE:
         return (
@@ -110,7 +107,7 @@ def check_bucket_mount(env, probes):
         mounts = mountinfo.read(probes.mountinfo_path)
     except OSError as exc:
         return f"cannot read {probes.mountinfo_path} ({exc.strerror}) to inspect {bucket}: run on Linux, or set BUCKET_NOT_A_MOUNT_OK={OPT_OUT_PHRASE}"
-    ok, why = mountinfo.bucket_verdict(mounts, os.path.realpath(bucket), kubernetes=cluster.on_kubernetes(env))
+    ok, why = bucket_verdict(mounts, os.path.realpath(bucket), kubernetes=cluster.on_kubernetes(env))
     if ok:
         return None
     return (
@@ -120,7 +117,7 @@ def check_bucket_mount(env, probes):
 
 
 def check_bucket_writable(env, probes):
-    bucket = env.get("BUCKET_DIR") or "/bucket"
+    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
     if not os.path.isdir(bucket):
         return f"bucket {bucket} does not exist in the container: bind the host's BUCKET_PATH to {bucket}"
     try:
@@ -158,7 +155,7 @@ def _under(path: str, root: str) -> bool:
 
 
 def check_hf_home(env, probes):
-    bucket = env.get("BUCKET_DIR") or "/bucket"
+    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
     hf_home = env.get("HF_HOME") or ""
     if not hf_home:
         return f"HF_HOME is not set: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
@@ -170,7 +167,7 @@ def check_hf_home(env, probes):
 
 
 def check_checkpoints(env, probes):
-    bucket = env.get("BUCKET_DIR") or "/bucket"
+    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
     out = env.get("CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
     if not _under(out, bucket):
         return f"CHECKPOINT_ROOT={out} is not on the bucket: unset it (checkpoints go to {bucket}/checkpoints)"
@@ -178,7 +175,10 @@ def check_checkpoints(env, probes):
 
 
 def check_sandbox(env, probes):
-    sandbox = (env.get("SANDBOX") or "e2b").strip()
+    # The same allowed values env-server starts with: a sandbox it would refuse is refused here first.
+    sandbox = Env(env).choice(
+        "SANDBOX", DEFAULT_SANDBOX, SANDBOXES, fix="set SANDBOX to e2b (production) or docker (local sandboxes)"
+    )
     if sandbox == "e2b":
         if not (env.get("E2B_API_KEY") or "").strip():
             return "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker for local sandboxes"
@@ -192,23 +192,18 @@ def check_sandbox(env, probes):
             is_socket = False
         if not is_socket:
             return f"SANDBOX=docker needs the Docker socket at {path}: mount /var/run/docker.sock into this container, or use SANDBOX=e2b"
-    elif not sandbox:
-        return "SANDBOX is empty: set SANDBOX=e2b (production) or SANDBOX=docker (local sandboxes)"
     return None
 
 
 def check_ports(env, probes):
-    problems = []
+    read = Env(env, collect=True)
+    problems = read.problems
     seen: dict[int, str] = {}
     owners = None  # asked of Docker only when a port is held
-    for name, default in PORT_VARS.items():
-        try:
-            port = _int(env, name, default)
-        except ValueError as exc:
-            problems.append(str(exc))
-            continue
-        if not 0 < port < 65536:
-            problems.append(f"{name}={port} is not a TCP port: pick one in 1-65535")
+    for name, default in DEFAULT_PORTS.items():
+        before = len(problems)
+        port = read.port(name, default)
+        if len(problems) > before:
             continue
         if port in seen:
             problems.append(f"{name} and {seen[port]} are both {port}: give each service its own port")
@@ -259,14 +254,11 @@ def check_named(env, probes):
 def check_disk(env, probes):
     """Free space for the model cache and the checkpoints this run keeps (guards/disk.py says how it is
     sized); MIN_FREE_DISK_GB, when set, is a floor under that figure."""
-    try:
-        floor_gb = _int(env, "MIN_FREE_DISK_GB", 0)
-    except ValueError as exc:
-        return str(exc)
+    floor_gb = Env(env).integer("MIN_FREE_DISK_GB", 0, minimum=0)
     from trainer.config import read
 
     settings, _problems = read(env)  # bad values read as their defaults; trainer-settings reports them
-    where = env.get("HF_HOME") or env.get("BUCKET_DIR") or "/bucket"
+    where = env.get("HF_HOME") or env.get("BUCKET_DIR") or BUCKET_DIR
     size = (probes.model_size or disk.model_size)(settings.model, env.get("HF_HOME") or "")
     if size is None:
         need, why = (
@@ -290,10 +282,10 @@ def check_disk(env, probes):
 
 
 def check_tunnel(env, probes):
-    provider = (env.get("TUNNEL_PROVIDER") or "cloudflared").strip()
+    provider = Env(env).choice(
+        "TUNNEL_PROVIDER", DEFAULT_TUNNEL_PROVIDER, TUNNEL_PROVIDERS, aliases=TUNNEL_PROVIDER_ALIASES
+    )
     profiles = {p.strip() for p in (env.get("COMPOSE_PROFILES") or "").split(",") if p.strip()}
-    if provider not in TUNNEL_PROVIDERS:
-        return f"TUNNEL_PROVIDER={provider!r} is unknown: use one of {', '.join(TUNNEL_PROVIDERS)}"
     if cluster.on_kubernetes(env):
         return None  # the chart runs cloudflared exactly when TUNNEL_PROVIDER=cloudflared
     if provider == "cloudflared" and "cloudflared" not in profiles:
@@ -359,7 +351,8 @@ def check_run_name(env, probes):
 def check_weight_transfer(env, probes):
     import importlib.util
 
-    mode = (env.get("WEIGHT_TRANSFER") or "nccl").strip()
+    # Any value outside stack.facts.WEIGHT_TRANSFERS is reported by trainer-settings (the trainer's reader).
+    mode = (env.get("WEIGHT_TRANSFER") or "nccl").strip().lower()
     if mode == "nccl":
         if importlib.util.find_spec("vllm") is None:
             return "WEIGHT_TRANSFER=nccl needs vllm in the trainer image (build it FROM the vLLM image); the CPU form sets WEIGHT_TRANSFER=mock"
@@ -370,7 +363,6 @@ def check_weight_transfer(env, probes):
             spec = None
         if spec is None:
             return "WEIGHT_TRANSFER=mock needs mock_engine.weight_client (the CPU trainer image is built FROM the mock-engine image); on GPU use WEIGHT_TRANSFER=nccl"
-    # Any other value is reported by trainer-settings (one definition of the allowed values).
     return None
 
 
@@ -412,6 +404,8 @@ def run_all(
             continue
         try:
             message = check(env, probes)
+        except EnvError as exc:  # a bad value, read through stack.env: its line already names the fix
+            message = str(exc)
         except Exception as exc:  # a crashing check is itself a finding, and must not hide the others
             message = f"check crashed ({type(exc).__name__}: {exc}): report this; the other checks still ran"
         for line in [message] if isinstance(message, str) else message or []:

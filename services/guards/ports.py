@@ -21,7 +21,7 @@ import socket
 import urllib.parse
 from dataclasses import dataclass, field
 
-from . import mountinfo
+from stack import mountinfo
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
@@ -66,7 +66,7 @@ def docker_get(socket_path: str, path: str, timeout_s: float = 5.0):
         conn.close()
 
 
-def own_container_id(mountinfo_path: str = "/proc/self/mountinfo") -> str | None:
+def own_container_id(mountinfo_path: str = mountinfo.MOUNTINFO) -> str | None:
     for mount in mountinfo.read(mountinfo_path):
         if mount.mount_point in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf"):
             match = _CONTAINER_ID.search(mount.root)
@@ -75,7 +75,7 @@ def own_container_id(mountinfo_path: str = "/proc/self/mountinfo") -> str | None
     return None
 
 
-def stack_owners(socket_path: str, mountinfo_path: str = "/proc/self/mountinfo") -> Owners:
+def stack_owners(socket_path: str, mountinfo_path: str = mountinfo.MOUNTINFO) -> Owners:
     try:
         cid = own_container_id(mountinfo_path)
     except OSError as exc:

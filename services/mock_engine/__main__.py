@@ -19,24 +19,32 @@ from __future__ import annotations
 import os
 import sys
 
-
-def _int(name: str, default: str) -> int:
-    raw = os.environ.get(name) or default
-    if not raw.isdigit() or int(raw) < 1:
-        sys.exit(f"mock_engine: {name}={raw!r} must be a positive integer")
-    return int(raw)
+from stack.env import Env, EnvError
+from stack.facts import DEFAULT_PORTS, LOOPBACK_HOSTS
 
 
 def main() -> None:
     from mock_engine import faults, script
 
-    host = os.environ.get("ENGINE_HOST") or "127.0.0.1"
-    if host not in {"127.0.0.1", "localhost", "::1"}:
-        sys.exit(
-            f"mock_engine: ENGINE_HOST={host!r}: the engine must bind 127.0.0.1 (only the capture proxy is public)"
-        )
-    port = _int("ENGINE_PORT", "8001")
-    model_dir = os.environ.get("MOCK_MODEL_DIR") or "/app/models/tiny-agent"
+    read = Env(collect=True)
+    host = read.choice(
+        "ENGINE_HOST",
+        "127.0.0.1",
+        LOOPBACK_HOSTS,
+        fix="the engine must bind 127.0.0.1 (only the capture proxy is public)",
+    )
+    port = read.port("ENGINE_PORT", DEFAULT_PORTS["ENGINE_PORT"])
+    max_model_len = read.integer(
+        "MOCK_MAX_MODEL_LEN", read.integer("ENGINE_MAX_MODEL_LEN", 32768, minimum=1), minimum=1
+    )
+    max_new_tokens = read.integer("MOCK_MAX_NEW_TOKENS", 256, minimum=1)
+    threads = read.integer("MOCK_TORCH_THREADS", 1, minimum=1)
+    max_num_seqs = read.integer("MOCK_MAX_NUM_SEQS", 8, minimum=1)
+    try:
+        read.check()
+    except EnvError as exc:
+        sys.exit("\n".join(f"mock_engine: {line}" for line in str(exc).splitlines()))
+    model_dir = read.text("MOCK_MODEL_DIR", "/app/models/tiny-agent")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         sys.exit(
             f"mock_engine: MOCK_MODEL_DIR={model_dir} holds no model; build one with "
@@ -60,13 +68,13 @@ def main() -> None:
     from mock_engine.app import Settings, create_app, generation_defaults
     from mock_engine.lm import TinyLM
 
-    torch.set_num_threads(int(os.environ.get("MOCK_TORCH_THREADS") or 1))
+    torch.set_num_threads(threads)
     settings = Settings(
         model_dir=model_dir,
-        served_name=os.environ.get("MODEL") or model_dir,
-        max_model_len=_int("MOCK_MAX_MODEL_LEN", os.environ.get("ENGINE_MAX_MODEL_LEN") or "32768"),
-        max_new_tokens=_int("MOCK_MAX_NEW_TOKENS", "256"),
-        max_num_seqs=_int("MOCK_MAX_NUM_SEQS", "8"),
+        served_name=read.text("MODEL", model_dir),
+        max_model_len=max_model_len,
+        max_new_tokens=max_new_tokens,
+        max_num_seqs=max_num_seqs,
         sampling_defaults=generation_defaults(model_dir),
     )
     lm = TinyLM(model_dir, settings.max_model_len, settings.max_new_tokens)

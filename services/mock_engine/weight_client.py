@@ -27,8 +27,7 @@ class MockWeightTransfer:
     def __init__(
         self, engine_url: str, chunk_bytes: int = 32 << 20, timeout_s: float = 300.0, ready_timeout_s: float = 240.0
     ):
-        base = engine_url.rstrip("/")
-        self.base = base[: -len("/v1")] if base.endswith("/v1") else base
+        self.base = engine_url.rstrip("/")  # the engine's root (ENGINE_URL); the weight routes live there
         self.chunk_bytes = chunk_bytes
         self.timeout_s = timeout_s
         self.ready_timeout_s = ready_timeout_s

@@ -1,2 +1,2 @@
 """What `scripts/status` concludes from what it reads: Prometheus figures of the engine and the tunnel,
-whether the capture URL is still trusted, and the one verdict line. Stdlib only (runs on the host)."""
+and the one verdict line (whether the URL is trusted is stack.handoff.lookup's answer). Stdlib only."""

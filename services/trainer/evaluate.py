@@ -18,16 +18,15 @@ MODEL=/bucket/checkpoints/<run>/checkpoint-N) and run this with `--label`.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from stack import atomic
 
 from .factory import TaskRef, task_ref_from_prompt
 from .passk import suite_pass_at_k
@@ -199,18 +198,9 @@ def markdown(doc: dict) -> str:
     )
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def write_report(doc: dict, folder: Path, stem: str = "eval") -> Path:
-    write_text_atomic(folder / f"{stem}.json", json.dumps(doc, indent=1, sort_keys=True))
-    write_text_atomic(folder / f"{stem}.md", markdown(doc))
+    atomic.write_json(folder / f"{stem}.json", doc, indent=1, sort_keys=True)
+    atomic.write_text(folder / f"{stem}.md", markdown(doc))
     return folder / f"{stem}.json"
 
 

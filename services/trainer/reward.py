@@ -52,8 +52,8 @@ def base_reward(reward: float | None, rewards: dict[str, float], reward_key: str
 class HarborReward:
     """`rollout_reward_fn` for TRL's harness worker. Module-level and frozen: it is pickled to the worker."""
 
-    tool_efficiency_bonus: float = 0.1
-    step_limit: int = 12
+    tool_efficiency_bonus: float
+    step_limit: int  # the run's AGENT_STEP_LIMIT (trainer.config); no default of its own to drift
 
     def bonus(self, base: float | None, tool_calls: int) -> float:
         if base is None or base < CORRECT_AT or self.tool_efficiency_bonus <= 0:

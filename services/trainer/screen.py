@@ -16,7 +16,6 @@ writes `<bucket>/screening/screened-tasks.json` (the list; point SCREENED_TASKS 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -24,7 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .evaluate import per_task_table, run_attempts, select_tasks, task_table, write_text_atomic
+from stack import atomic
+
+from .evaluate import per_task_table, run_attempts, select_tasks, task_table
 from .factory import task_ref_from_prompt
 
 DEFAULT_ATTEMPTS = 8
@@ -104,8 +105,8 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
         attempt_log=[asdict(a) for a in attempts],
     )
     out = Path(args.out or Path(s.bucket_dir) / "screening")
-    write_text_atomic(out / "screened-tasks.json", json.dumps(doc, indent=1, sort_keys=True))
-    write_text_atomic(out / "screening.md", markdown(doc))
+    atomic.write_json(out / "screened-tasks.json", doc, indent=1, sort_keys=True)
+    atomic.write_text(out / "screening.md", markdown(doc))
     print(markdown(doc))
     print(f"screen: wrote {out / 'screened-tasks.json'}; train on it with SCREENED_TASKS={out / 'screened-tasks.json'}")
     if not doc["kept"]:

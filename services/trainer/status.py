@@ -21,13 +21,12 @@ the key mapping and the file itself.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from stack import atomic
 
 # status.json field -> TRL/harbor metric key
 METRICS = {
@@ -49,15 +48,6 @@ METRICS = {
     "step_s": "perf/step_s",
     "rollout_wait_s": "perf/rollout_wait_s",
 }
-
-
-def write_json_atomic(path: Path, doc: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".status.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def _num(value):
@@ -91,7 +81,7 @@ class RunStatus:
         with self._lock:
             self.doc.update(fields)
             self.doc["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            write_json_atomic(self.path, self.doc)
+            atomic.write_json(self.path, self.doc, indent=1, sort_keys=True)
 
 
 def console_line(doc: dict) -> str:

@@ -14,13 +14,12 @@ through the main process's RunStatus; the main process's next write after a step
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from stack import atomic
 
 NOT_STARTED = "rollout not started"
 WAITING_STATE = "waiting-for-rollouts"
@@ -35,8 +34,6 @@ def is_refusal(result) -> bool:
 
 
 def _patch_status(path: str, fields: dict) -> None:
-    # Atomic like trainer.status.write_json_atomic (this module stays importable without transformers);
-    # both move to issue 12's stack.atomic.
     if not path:
         return
     target = Path(path)
@@ -50,17 +47,7 @@ def _patch_status(path: str, fields: dict) -> None:
         if fields.get("state") == "training" and doc.get("state") != WAITING_STATE:
             return  # only undo our own "waiting"
         doc.update(fields, updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".status.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(doc, fh, indent=1, sort_keys=True)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic.write_json(target, doc, indent=1, sort_keys=True)
 
 
 class Backoff:

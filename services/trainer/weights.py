@@ -25,10 +25,9 @@ SAFE_DEFAULT = "NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0"
 
 
 def build(mode: str, engine_url: str):
+    """`mode` is one of stack.facts.WEIGHT_TRANSFERS: trainer.config reads it through the shared choice."""
     if mode == "nccl":
         return None  # AsyncGRPOTrainer builds its NCCL client itself
-    if mode != "mock":
-        raise ValueError(f"WEIGHT_TRANSFER={mode!r} is unknown: use nccl (vLLM on GPU) or mock (the CPU form)")
     from mock_engine.weight_client import MockWeightTransfer
 
     return MockWeightTransfer(engine_url)

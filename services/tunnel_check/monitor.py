@@ -7,7 +7,7 @@ States:
                  back, and the healthcheck already reports unhealthy meanwhile.
     published    one check every `interval`, on a fixed schedule (start times, not gaps, so the
                  withdraw bound holds whatever each check costs). Each success rewrites the hand-off
-                 (`verified_at` = freshness). `failures_to_withdraw` consecutive failures withdraw it.
+                 (`verified_at`, and `valid_until` one validity period later). `failures_to_withdraw` consecutive failures withdraw it.
 
 A check does three things within one `timeout`: read the proxy's /health locally, ask the provider
 for the current URL, and GET <url>/health. A URL that changed (cloudflared restarted on a new
@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 
-import handoff
+from stack import handoff
 
 from . import probe
 from .discover import Discovery
@@ -79,7 +79,9 @@ class Monitor:
         self.last = verdict
         if verdict.ok:
             previous = self.published
-            self.published = handoff.publish(verdict.url, verdict.instance, self.s.mode, self.s.handoff_dir)
+            self.published = handoff.publish(
+                verdict.url, verdict.instance, self.s.mode, self.s.valid_for_s, self.s.handoff_dir
+            )
             if previous is None:
                 waited = time.monotonic() - self.unverified_since
                 log.info(

@@ -1,62 +1,42 @@
 """tunnel-check's settings, read from the environment once, each bad value a one-line error.
 
-The two bounds an operator relies on are derived here and nowhere else, so the startup banner, the
-monitor loop and the healthcheck cannot disagree:
+tunnel-check's schedule is known here and nowhere else; what other services need of it travels in
+the hand-off record (`valid_until`), so no reader re-derives it:
 
     withdraw bound  = interval x failures + timeout
         Checks start on a fixed schedule, `interval` apart, and one check (local /health, discovery
         and the request through the URL together) never outlasts `timeout` < `interval`. A URL that
         stops serving this proxy at time T fails the check that starts at the latest at T+interval;
         the `failures`-th consecutive one starts by T + failures x interval and ends within `timeout`.
-    freshness bound = the same number
-        A healthy monitor re-verifies every `interval`, so a published document older than the
-        withdraw bound means the monitor itself stalled: the healthcheck fails on it.
+    validity        = withdraw bound + WRITE_GRACE_S
+        Each published record is valid until `verified_at` + this. A running monitor rewrites it
+        every `interval` or withdraws it within the withdraw bound, so a record that expires means
+        the monitor itself stalled or died: readers (env-server, the healthcheck, status) stop
+        trusting the URL at that moment.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-PROVIDERS = ("cloudflared", "gradio", "direct")
+from stack.env import Env, EnvError
+from stack.facts import (
+    DEFAULT_PORTS,
+    DEFAULT_TUNNEL_PROVIDER,
+    HANDOFF_DIR,
+    TUNNEL_PROVIDER_ALIASES,
+    TUNNEL_PROVIDERS,
+)
 
+# A record is written right after the check's request returns; allow for that write (and for a check
+# that ends exactly at its timeout when failures_to_withdraw is 1) before the record expires.
+WRITE_GRACE_S = 1.0
 
-class ConfigError(ValueError):
-    """A setting is missing or wrong. The message is the one line the operator reads."""
-
-
-def _float(env, name: str, default: float, minimum: float) -> float:
-    raw = env.get(name, "") or str(default)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number; set it to seconds, e.g. {default}") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={raw} is below {minimum}; set it to at least {minimum}")
-    return value
-
-
-def _int(env, name: str, default: int, minimum: int) -> int:
-    raw = env.get(name, "") or str(default)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer; e.g. {default}") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={raw} is below {minimum}; set it to at least {minimum}")
-    return value
-
-
-def _port(env, name: str, default: int | None) -> int | None:
-    raw = env.get(name, "")
-    if not raw:
-        return default
-    if not raw.isdigit() or not 0 < int(raw) < 65536:
-        raise ConfigError(f"{name}={raw!r} is not a TCP port (1-65535)")
-    return int(raw)
+ConfigError = EnvError
 
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
@@ -107,7 +87,7 @@ class Settings:
     interval_s: float
     failures_to_withdraw: int
     timeout_s: float
-    handoff_dir: str | None
+    handoff_dir: str
 
     @property
     def named(self) -> bool:
@@ -125,8 +105,9 @@ class Settings:
         return self.interval_s * self.failures_to_withdraw + self.timeout_s
 
     @property
-    def freshness_bound_s(self) -> float:
-        return self.withdraw_bound_s
+    def valid_for_s(self) -> float:
+        """How long a published record is trusted (its `valid_until` - `verified_at`)."""
+        return self.withdraw_bound_s + WRITE_GRACE_S
 
     @property
     def local_health_url(self) -> str:
@@ -137,24 +118,23 @@ class Settings:
             f"provider={self.mode} capture=http://{self.capture_host}:{self.capture_port} "
             f"interval={self.interval_s:g}s failures_to_withdraw={self.failures_to_withdraw} "
             f"timeout={self.timeout_s:g}s -> a URL that stops serving this proxy is withdrawn within "
-            f"{self.withdraw_bound_s:g}s (interval x failures + timeout); healthcheck freshness bound "
-            f"{self.freshness_bound_s:g}s"
+            f"{self.withdraw_bound_s:g}s (interval x failures + timeout); each published record is valid "
+            f"for {self.valid_for_s:g}s unless re-verified"
         )
 
 
-def load(env: dict | None = None) -> Settings:
-    env = os.environ if env is None else env
-    provider = (env.get("TUNNEL_PROVIDER", "") or "cloudflared").strip().lower()
-    if provider == "cloudflare":
-        provider = "cloudflared"  # OpenEnv's make_forwarder spells it this way
-    if provider not in PROVIDERS:
-        raise ConfigError(
-            f"TUNNEL_PROVIDER={provider!r} is not one of {', '.join(PROVIDERS)}; "
-            "cloudflared (quick, or named with TUNNEL_TOKEN + TUNNEL_HOSTNAME), gradio (share link) "
-            "or direct (DIRECT_URL the sandbox can already route to)"
-        )
-    capture_port = _port(env, "CAPTURE_PORT", 8100)
-    hostname = env.get("TUNNEL_HOSTNAME", "").strip()
+def load(env: Mapping[str, str] | None = None) -> Settings:
+    read = Env(env)
+    provider = read.choice(
+        "TUNNEL_PROVIDER",
+        DEFAULT_TUNNEL_PROVIDER,
+        TUNNEL_PROVIDERS,
+        aliases=TUNNEL_PROVIDER_ALIASES,
+        fix="set TUNNEL_PROVIDER to cloudflared (quick, or named with TUNNEL_TOKEN + TUNNEL_HOSTNAME), gradio "
+        "(share link) or direct (DIRECT_URL the sandbox can already route to)",
+    )
+    capture_port = read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"])
+    hostname = read.text("TUNNEL_HOSTNAME")
     if hostname.startswith(("http://", "https://")):
         raise ConfigError(
             f"TUNNEL_HOSTNAME={hostname!r} must be a bare hostname (e.g. capture.example.com): "
@@ -164,8 +144,8 @@ def load(env: dict | None = None) -> Settings:
     if hostname and (why := _hostname_problem(hostname.split(":")[0])):
         raise ConfigError(f"TUNNEL_HOSTNAME={hostname!r} is not a hostname ({why}): e.g. capture.example.com")
     # Compose passes TUNNEL_NAMED=${TUNNEL_TOKEN:+1} so this service can tell a named tunnel is
-    # configured without ever holding the token.
-    named_flag = env.get("TUNNEL_NAMED")
+    # configured without ever holding the token. Unset (not compose) means "not said".
+    named_flag = read.env.get("TUNNEL_NAMED")
     if provider == "cloudflared" and named_flag is not None:
         if named_flag and not hostname:
             raise ConfigError(
@@ -178,35 +158,33 @@ def load(env: dict | None = None) -> Settings:
                 "random trycloudflare.com hostname; set TUNNEL_TOKEN for the named tunnel or unset "
                 "TUNNEL_HOSTNAME"
             )
-    direct_url = env.get("DIRECT_URL", "").strip().rstrip("/")
+    direct_url = read.url("DIRECT_URL", fix="set DIRECT_URL with its scheme, e.g. http://172.17.0.1:8100")
     if provider == "direct":
         if not direct_url:
             raise ConfigError(
                 "TUNNEL_PROVIDER=direct needs DIRECT_URL: the capture proxy's URL as the sandbox "
                 "reaches it (e.g. http://172.17.0.1:8100 for local docker sandboxes)"
             )
-        if not direct_url.startswith(("http://", "https://")):
-            raise ConfigError(f"DIRECT_URL={direct_url!r} needs a scheme, e.g. http://{direct_url}")
         _check_url("DIRECT_URL", direct_url)
-    metrics_port = _port(env, "TUNNEL_METRICS_PORT", None)
-    tunnel_log = env.get("TUNNEL_LOG", "").strip()
+    metrics_port = read.port("TUNNEL_METRICS_PORT", None)
+    tunnel_log = read.text("TUNNEL_LOG")
     if provider == "cloudflared" and not hostname and metrics_port is None and not tunnel_log:
         raise ConfigError(
             "a quick tunnel's URL is found through TUNNEL_METRICS_PORT (cloudflared --metrics) or "
             "TUNNEL_LOG (cloudflared --logfile); set at least one"
         )
-    interval = _float(env, "TUNNEL_CHECK_INTERVAL_S", 10.0, 0.2)
-    failures = _int(env, "TUNNEL_CHECK_FAILURES_TO_WITHDRAW", 2, 1)
-    timeout = _float(env, "TUNNEL_CHECK_TIMEOUT_S", min(8.0, interval * 0.8), 0.1)
+    interval = read.number("TUNNEL_CHECK_INTERVAL_S", 10.0, minimum=0.2)
+    failures = read.integer("TUNNEL_CHECK_FAILURES_TO_WITHDRAW", 2, minimum=1)
+    timeout = read.number("TUNNEL_CHECK_TIMEOUT_S", min(8.0, interval * 0.8), minimum=0.1)
     if timeout >= interval:
         raise ConfigError(
             f"TUNNEL_CHECK_TIMEOUT_S={timeout:g} must be below TUNNEL_CHECK_INTERVAL_S={interval:g}: "
             "checks run on a fixed schedule and one must end before the next starts, or the "
             "withdraw bound no longer holds"
         )
-    capture_host = env.get("CAPTURE_HOST", "") or "127.0.0.1"
+    capture_host = read.text("CAPTURE_HOST", "127.0.0.1")
     _check_url("CAPTURE_HOST", f"http://{capture_host}:{capture_port}")
-    gradio_server = env.get("GRADIO_SHARE_SERVER", "").strip()
+    gradio_server = read.text("GRADIO_SHARE_SERVER")
     if gradio_server:
         host, _, port = gradio_server.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536 or _hostname_problem(host):
@@ -217,7 +195,7 @@ def load(env: dict | None = None) -> Settings:
         provider=provider,
         capture_host=capture_host,
         capture_port=capture_port,
-        metrics_host=env.get("TUNNEL_METRICS_HOST", "") or "127.0.0.1",
+        metrics_host=read.text("TUNNEL_METRICS_HOST", "127.0.0.1"),
         metrics_port=metrics_port,
         tunnel_log=tunnel_log,
         tunnel_hostname=hostname,
@@ -226,5 +204,5 @@ def load(env: dict | None = None) -> Settings:
         interval_s=interval,
         failures_to_withdraw=failures,
         timeout_s=timeout,
-        handoff_dir=env.get("HANDOFF_DIR") or None,
+        handoff_dir=read.path("HANDOFF_DIR", HANDOFF_DIR),
     )

@@ -15,6 +15,9 @@ import asyncio
 import socket
 import sys
 
+from stack.env import Env, EnvError
+from stack.facts import DEFAULT_PORTS
+
 from .address import AddressError, listen_host
 from .announce import Announcer
 from .server import Standin, State
@@ -34,13 +37,6 @@ def _bind(host: str, port: int, what: str, fix: str) -> socket.socket:
     return sock
 
 
-def _port(env: dict, name: str, default: int) -> int:
-    raw = env.get(name, "") or str(default)
-    if not raw.isdigit() or int(raw) > 65535:
-        raise SystemExit(f"tunnel-standin: {name}={raw!r} is not a TCP port")
-    return int(raw)
-
-
 def main(env: dict | None = None) -> int:
     import os
 
@@ -50,9 +46,18 @@ def main(env: dict | None = None) -> int:
     except AddressError as exc:
         print(f"tunnel-standin: {exc}", file=sys.stderr)
         return 2
-    capture_port = _port(env, "CAPTURE_PORT", 8100)
-    metrics_port = _port(env, "TUNNEL_METRICS_PORT", 20241)
-    public = _bind(host, _port(env, "STANDIN_PORT", 0), "the public side", "set STANDIN_PORT to a free port")
+    read = Env(env, collect=True)
+    capture_port = read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"])
+    metrics_port = read.port("TUNNEL_METRICS_PORT", DEFAULT_PORTS["TUNNEL_METRICS_PORT"])
+    # 0 (or empty): a free port on each start, as a restarted quick tunnel gets a new hostname.
+    public_port = 0 if read.text("STANDIN_PORT") == "0" else read.port("STANDIN_PORT", 0)
+    try:
+        read.check()
+    except EnvError as exc:
+        for line in str(exc).splitlines():
+            print(f"tunnel-standin: {line}", file=sys.stderr)
+        return 2
+    public = _bind(host, public_port, "the public side", "set STANDIN_PORT to a free port")
     metrics = _bind("127.0.0.1", metrics_port, "the metrics side", "set TUNNEL_METRICS_PORT to a free port")
     bound_host, bound_port = public.getsockname()[:2]
     url = f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"

@@ -5,14 +5,20 @@ tunnel-check's job. stdlib only, so the check costs one short process."""
 
 from __future__ import annotations
 
-import os
 import sys
 import urllib.error
 import urllib.request
 
+from stack.env import Env, EnvError
+from stack.facts import DEFAULT_PORTS
+
 
 def main() -> int:
-    port = os.environ.get("TUNNEL_METRICS_PORT", "") or "20241"
+    try:
+        port = Env().port("TUNNEL_METRICS_PORT", DEFAULT_PORTS["TUNNEL_METRICS_PORT"])
+    except EnvError as exc:
+        print(f"not ready: {exc}")
+        return 1
     url = f"http://127.0.0.1:{port}/ready"
     try:
         with urllib.request.urlopen(url, timeout=3) as resp:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-# The smoke suite's driver (stack.py) sits next to the tests; importlib mode does not put it on the path.
+# The smoke suite's driver (compose_stack.py; not `stack`, the shared package's name) sits next to the tests; importlib mode does not put it on the path.
 sys.path.insert(0, str(Path(__file__).parent))
 
 

@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from stack import PROJECT, ROOT, Stack, clean_env, docker_objects, free_ports, listening_sockets, run
+from compose_stack import PROJECT, ROOT, Stack, clean_env, docker_objects, free_ports, listening_sockets, run
 
 UP_TIMEOUT_S = 30 * 60
 TRAIN_TIMEOUT_S = 30 * 60
@@ -131,10 +130,16 @@ def test_services_came_up_in_the_designed_order(trained):
         assert healthy[dep] <= started["trainer"], f"trainer started before {dep} was healthy"
 
 
+def handoff_verdict(stack) -> dict:
+    """The hand-off as the services read it: `stack.handoff.lookup` run inside tunnel-check."""
+    return json.loads(stack.compose("exec", "-T", "tunnel-check", "python", "-m", "stack.handoff", check=False).stdout)
+
+
 def test_tunnel_check_verified_the_url_through_the_stand_in(trained):
-    out = trained.compose("exec", "-T", "tunnel-check", "cat", "/handoff/capture_url.json").stdout
-    doc = json.loads(out)
-    assert doc["state"] == "verified", doc
+    verdict = handoff_verdict(trained)
+    doc = verdict["verified"]
+    assert doc is not None, verdict
+    assert doc["valid_until"] > doc["verified_at"], doc
     host = doc["url"].split("//", 1)[1].split(":")[0]
     assert host not in ("127.0.0.1", "localhost"), (
         f"the advertised URL must be one a sandbox can route to: {doc['url']}"
@@ -182,7 +187,7 @@ def test_rollouts_ran_the_agent_in_sandboxes_with_token_ids_and_no_forking(train
 def test_only_the_capture_proxy_is_reachable_from_outside_loopback(trained):
     new = trained.sockets_while_up - trained.before_sockets
     exposed = {(a, p) for a, p in new if not a.startswith("127.") and a != "::1"}
-    doc = json.loads(trained.compose("exec", "-T", "tunnel-check", "cat", "/handoff/capture_url.json").stdout)
+    doc = handoff_verdict(trained)["verified"]
     standin_port = int(doc["url"].rsplit(":", 1)[1].split("/")[0])
     assert {p for _, p in exposed} <= {standin_port}, f"listening beyond loopback: {sorted(exposed)}"
     assert not any(a in ("0.0.0.0", "::") for a, _ in new), f"something binds all interfaces: {sorted(new)}"
@@ -207,7 +212,8 @@ def test_status_command_reports_the_running_stack(trained):
     for name in ("engine", "env-server", "tunnel", "tunnel-check"):
         assert (services[name]["state"], services[name]["health"]) == ("running", "healthy"), (name, services[name])
     assert services["trainer"]["state"] == "exited" and services["trainer"]["exit_code"] == 0
-    assert st["tunnel"]["state"] == "verified" and st["tunnel"]["verified_ago_s"] < 60, st["tunnel"]
+    assert st["tunnel"]["usable"] and st["tunnel"]["verified_ago_s"] < 60, st["tunnel"]
+    assert st["tunnel"]["valid_for_s"] > 0, st["tunnel"]
     assert st["engine"]["capture_level"] == "tokens", st["engine"]
     # Rollouts the trainer started but no longer needs run to their end (bounded by AGENT_TIMEOUT_S):
     # status must show them, not hide them.
@@ -222,11 +228,14 @@ def test_status_command_reports_the_running_stack(trained):
 def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
     trained.compose("kill", "tunnel")
     trained.wait_for("tunnel-check to turn unhealthy", lambda: trained.health("tunnel-check") == "unhealthy", 120)
-    doc = json.loads(trained.compose("exec", "-T", "tunnel-check", "cat", "/handoff/capture_url.json").stdout)
-    assert doc["state"] == "withdrawn", doc
+    verdict = handoff_verdict(trained)
+    assert verdict["verified"] is None and verdict["record"]["state"] == "withdrawn", verdict
+    assert verdict["no_url_because"].startswith("withdrawn: "), verdict
     from openenv.harbor.client import HarborEnv
 
-    engine = f"http://127.0.0.1:{trained.ports['ENGINE_PORT']}/v1"
+    from stack.endpoints import openai_base
+
+    engine = openai_base(f"http://127.0.0.1:{trained.ports['ENGINE_PORT']}")
     with HarborEnv(base_url=f"http://127.0.0.1:{trained.ports['ENV_SERVER_PORT']}") as env:
         split = env.splits()[0]["name"]
         result = env.run_rollout(split=split, task_index=0, harness="mini-swe-agent", sandbox="docker", llm_url=engine)

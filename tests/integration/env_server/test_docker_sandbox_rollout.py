@@ -135,7 +135,7 @@ class Stack:
             "-e",
             f"CAPTURE_PORT={self.capture_port}",
             "-e",
-            f"ENGINE_URL=http://127.0.0.1:{self.engine_port}/v1",
+            f"ENGINE_URL=http://127.0.0.1:{self.engine_port}",
             "-e",
             "MODEL=/app/models/tiny-agent",
             "-e",
@@ -216,12 +216,13 @@ class Stack:
 
     def verify_and_publish(self, url: str) -> None:
         """What tunnel-check does: the URL must serve THIS proxy's /health instance, then it is handed over."""
-        import handoff
+        from stack import handoff
 
         local = httpx.get(f"http://127.0.0.1:{self.capture_port}/health", timeout=5).json()["instance"]
         remote = wait_until(f"{url}/health", lambda: _instance(url), 30)
         assert remote == local, f"{url} serves another proxy ({remote} != {local})"
-        handoff.publish(url, local, "test-standin", self.handoff)
+        # No tunnel-check re-verifies it here, so the record promises long enough for the test.
+        handoff.publish(url, local, "test-standin", 600.0, self.handoff)
         self.public_url = url
 
     def logs(self) -> str:

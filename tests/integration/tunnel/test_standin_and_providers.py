@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-import handoff
+from stack import handoff
 
 UPSTREAM_PORT = 18120
 
@@ -107,7 +107,7 @@ def test_logfile_alone_finds_the_quick_tunnel_url(kit, proxies, tmp_path):
     # Metrics unset: the URL can only come from the cloudflared-format banner in the logfile.
     proc, log = run_check(kit, tmp_path, {"TUNNEL_PROVIDER": "cloudflared", "TUNNEL_LOG": str(standin.tunnel_log)})
     try:
-        doc = kit.wait_for(lambda: handoff.read(tmp_path / "handoff"), kit.START_DEADLINE_S, "published", log=log)
+        doc = kit.wait_for(lambda: handoff.lookup(tmp_path / "handoff")[0], kit.START_DEADLINE_S, "published", log=log)
         assert doc.url == standin.url and doc.instance == proxies[0].instance
     finally:
         proc.terminate()
@@ -118,7 +118,7 @@ def test_logfile_alone_finds_the_quick_tunnel_url(kit, proxies, tmp_path):
 def test_direct_provider_verifies_the_same_way(kit, proxies, tmp_path):
     proc, log = run_check(kit, tmp_path, {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": f"http://127.0.0.1:{kit.PROXY_A}"})
     try:
-        doc = kit.wait_for(lambda: handoff.read(tmp_path / "handoff"), kit.START_DEADLINE_S, "published", log=log)
+        doc = kit.wait_for(lambda: handoff.lookup(tmp_path / "handoff")[0], kit.START_DEADLINE_S, "published", log=log)
         assert doc.provider == "direct" and doc.instance == proxies[0].instance
     finally:
         proc.terminate()
@@ -134,7 +134,7 @@ def test_direct_url_pointing_at_another_proxy_is_never_published(kit, proxies, t
             "rejection logged",
             log=log,
         )
-        assert handoff.read(tmp_path / "handoff") is None
+        assert handoff.lookup(tmp_path / "handoff")[0] is None
     finally:
         proc.terminate()
         proc.wait(timeout=15)

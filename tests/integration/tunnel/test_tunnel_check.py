@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-import handoff
+from stack import handoff
 
 # Timings for the check under test: small, so the suite is quick, and valid (timeout < interval).
 INTERVAL_S, FAILURES, TIMEOUT_S = 2.0, 2, 1.5
@@ -45,7 +45,7 @@ def story(proxies, tmp_path_factory, kit):
     checker.wait(timeout=15)
     state["standin"].stop()
     # Stopping withdraws: nothing stale is left for an env server to hand out.
-    assert handoff.read(tmp / "handoff") is None
+    assert handoff.lookup(tmp / "handoff")[0] is None
     assert "tunnel-check stopped" in handoff.read_raw(tmp / "handoff")["reason"]
 
 
@@ -57,7 +57,7 @@ def healthcheck(story) -> subprocess.CompletedProcess:
 
 
 def published(story, url):
-    doc = handoff.read(story["dir"])
+    doc = handoff.lookup(story["dir"])[0]
     return doc if doc is not None and doc.url == url else None
 
 

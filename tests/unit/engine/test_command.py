@@ -91,11 +91,16 @@ def test_extra_args_point_managed_flags_at_their_variable(extra, var):
 @pytest.mark.parametrize(
     "env,match",
     [
-        ({"ENGINE_HOST": "0.0.0.0"}, "must bind 127.0.0.1"),
+        (
+            {"ENGINE_HOST": "0.0.0.0"},
+            "ENGINE_HOST='0.0.0.0' is not allowed: the engine is on the host network and must bind 127.0.0.1",
+        ),
         ({"MODEL": ""}, "MODEL is empty"),
         ({"TOOL_CALL_PARSER": ""}, "TOOL_CALL_PARSER is empty"),
-        ({"ENGINE_TENSOR_PARALLEL_SIZE": "two"}, "ENGINE_TENSOR_PARALLEL_SIZE='two' must be a positive integer"),
-        ({"ENGINE_GPU_MEMORY_UTILIZATION": "85"}, r"must be a number in \(0, 1\]"),
+        ({"ENGINE_TENSOR_PARALLEL_SIZE": "two"}, "ENGINE_TENSOR_PARALLEL_SIZE='two' is not a whole number"),
+        ({"ENGINE_TENSOR_PARALLEL_SIZE": "0"}, "ENGINE_TENSOR_PARALLEL_SIZE='0' is below 1"),
+        ({"ENGINE_GPU_MEMORY_UTILIZATION": "85"}, r"ENGINE_GPU_MEMORY_UTILIZATION='85' is above 1: set .* in \(0, 1\]"),
+        ({"ENGINE_GPU_MEMORY_UTILIZATION": "0"}, r"ENGINE_GPU_MEMORY_UTILIZATION=0 is not in \(0, 1\]"),
         ({"CHAT_TEMPLATE_KWARGS": "enable_thinking=false"}, "CHAT_TEMPLATE_KWARGS is not JSON"),
         ({"CHAT_TEMPLATE_KWARGS": "[1]"}, "must be a JSON object"),
         ({"ENGINE_EXTRA_ARGS": "--foo 'unterminated"}, "cannot be parsed"),

@@ -19,9 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-import handoff
 from env_server.capture import LoopbackHarborService
 from env_server.rollouts import GatedHarborEnvironment, Inflight
+from env_server.settings import Settings
+from stack import handoff
+from stack.endpoints import openai_base
 
 REPO = Path(__file__).resolve().parents[3]
 STARTER = str(REPO / "datasets" / "starter")
@@ -49,7 +51,7 @@ class _Models(BaseHTTPRequestHandler):
 def engine_url():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Models)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield f"http://127.0.0.1:{server.server_address[1]}"  # the root, as ENGINE_URL is everywhere
     server.shutdown()
 
 
@@ -89,11 +91,13 @@ def recorder(monkeypatch):
 
 
 def make_env(service, engine_url: str) -> GatedHarborEnvironment:
-    GatedHarborEnvironment.configure(datasets=[STARTER], llm_url=engine_url, model="tiny")
-    GatedHarborEnvironment.configure_gate(
-        sandbox="docker", engine_url=engine_url, model="tiny", handoff_dir=service.handoff_dir, inflight=Inflight()
-    )
+    settings = Settings(sandbox="docker", engine_url=engine_url, datasets=(STARTER,), handoff_dir=service.handoff_dir)
+    GatedHarborEnvironment.configure_stack(settings, model="tiny", llm={}, inflight=Inflight())
     return GatedHarborEnvironment()
+
+
+def publish(service, url: str, instance: str | None = None, valid_for_s: float = 30.0) -> None:
+    handoff.publish(url, instance or service.instance_id, "test", valid_for_s, service.handoff_dir)
 
 
 def rollout(env, **kw) -> dict:
@@ -140,16 +144,16 @@ def test_no_rollout_before_a_url_is_verified(service, engine_url, recorder):
 
 def test_advertised_url_follows_the_handoff_without_restart(service, engine_url, recorder):
     env = make_env(service, engine_url)
-    handoff.publish("https://first-quick-tunnel.example", service.instance_id, "test", service.handoff_dir)
+    publish(service, "https://first-quick-tunnel.example")
     assert rollout(env)["ok"] is True
-    handoff.publish("https://second-quick-tunnel.example", service.instance_id, "test", service.handoff_dir)
+    publish(service, "https://second-quick-tunnel.example")
     assert rollout(env)["ok"] is True
     assert [c["intercept_url"] for c in recorder] == [
         "https://first-quick-tunnel.example",
         "https://second-quick-tunnel.example",
     ]
     # The engine this server was told about is named on every rollout, so the proxy's pool probes it.
-    assert all(c["upstream"].llm_url == engine_url for c in recorder)
+    assert all(c["upstream"].llm_url == openai_base(engine_url) for c in recorder)
 
     handoff.withdraw("502 through the tunnel", service.handoff_dir)
     refused = rollout(env)
@@ -158,18 +162,18 @@ def test_advertised_url_follows_the_handoff_without_restart(service, engine_url,
 
 
 def test_unreachable_engine_refuses_the_rollout_by_name(service, recorder):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+    dead = f"http://127.0.0.1:{free_port()}"
     env = make_env(service, dead)
-    handoff.publish("https://quick.example", service.instance_id, "test", service.handoff_dir)
+    publish(service, "https://quick.example")
     result = rollout(env)
     assert result["ok"] is False
-    assert result["error"].startswith(f"engine {dead} is not reachable")
+    assert result["error"].startswith(f"engine {dead}/v1 is not reachable")
     assert recorder == []
 
 
 def test_a_rollout_for_another_backend_is_refused(service, engine_url, recorder):
     env = make_env(service, engine_url)
-    handoff.publish("https://quick.example", service.instance_id, "test", service.handoff_dir)
+    publish(service, "https://quick.example")
     result = rollout(env, sandbox="e2b")
     assert result["ok"] is False and "runs SANDBOX=docker" in result["error"]
     assert recorder == []
@@ -177,8 +181,23 @@ def test_a_rollout_for_another_backend_is_refused(service, engine_url, recorder)
 
 def test_a_url_verified_for_another_proxy_instance_is_not_used(service, engine_url, recorder):
     env = make_env(service, engine_url)
-    handoff.publish("https://quick.example", "instance-of-a-previous-env-server", "test", service.handoff_dir)
+    publish(service, "https://quick.example", "instance-of-a-previous-env-server")
     result = rollout(env)
     assert result["ok"] is False
     assert "was verified for capture proxy instance instance-of-a-previous-env-server, not this one" in result["error"]
     assert recorder == []
+
+
+def test_an_expired_record_refuses_the_rollout_with_its_reason(service, engine_url, recorder):
+    """tunnel-check SIGKILLed: its last record stays "verified" but its valid_until passes."""
+    env = make_env(service, engine_url)
+    publish(service, "https://quick.example", valid_for_s=0.2)
+    assert rollout(env)["ok"] is True
+    import time
+
+    time.sleep(0.5)
+    refused = rollout(env)
+    assert refused["ok"] is False
+    assert refused["error"].startswith("tunnel not verified yet (https://quick.example was last verified ")
+    assert "its record expired" in refused["error"] and len(recorder) == 1
+    assert service.public_url == ""

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from guards import checks, mountinfo
 from guards.checks import OPT_OUT_PHRASE, Probes, run_all
+from stack.facts import DEFAULT_PORTS
 
 HOSTNAME_LINE = (
     "117 51 254:0 /var/lib/docker/containers/1c4b/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw,discard\n"
@@ -40,7 +40,7 @@ def good_env(tmp_path, **over):
         "AGENT_STEP_LIMIT": "12",
         "WEIGHT_TRANSFER": "nccl",
     }
-    for name, port in zip(checks.PORT_VARS, free_ports(4), strict=True):
+    for name, port in zip(DEFAULT_PORTS, free_ports(4), strict=True):
         env[name] = str(port)
     env.update(over)
     return env
@@ -205,7 +205,11 @@ def test_disk_space(tmp_path):
         ("cloudflared", "", "does not contain cloudflared"),
         ("direct", "cloudflared", "remove cloudflared"),
         ("gradio", "x,cloudflared", "remove cloudflared"),
-        ("ngrok", "", "unknown"),
+        (
+            "ngrok",
+            "",
+            "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to one of cloudflared, gradio, direct",
+        ),
     ],
 )
 def test_tunnel_profile(tmp_path, provider, profiles, needle):
@@ -218,10 +222,40 @@ def test_direct_without_tunnel_profile_passes(tmp_path):
     assert "tunnel" not in failures(env, probes_for(tmp_path, GCSFUSE))
 
 
-@pytest.mark.parametrize(("value", "needle"), [("0", "unbounded"), ("-3", "unbounded"), ("many", "not a whole number")])
-def test_step_limit_never_silently_unlimited(tmp_path, value, needle):
+@pytest.mark.parametrize(
+    ("value", "start"),
+    [
+        (
+            "0",
+            "AGENT_STEP_LIMIT='0' is below 1: set a positive number of model calls; 0 or less would leave rollouts unbounded",
+        ),
+        ("-3", "AGENT_STEP_LIMIT='-3' is below 1: set a positive number of model calls"),
+        ("many", "AGENT_STEP_LIMIT='many' is not a whole number: set a positive number of model calls"),
+    ],
+)
+def test_step_limit_never_silently_unlimited(tmp_path, value, start):
     msg = failures(good_env(tmp_path, AGENT_STEP_LIMIT=value), probes_for(tmp_path, GCSFUSE))["trainer-settings"]
-    assert needle in msg and "default 12" in msg
+    assert msg.startswith(start) and msg.endswith("(default 12)") and "grows with every turn" in msg
+
+
+def test_sandbox_values_are_the_env_servers(tmp_path):
+    """Preflight refuses exactly what env-server would refuse at start (SANDBOX=modal used to pass here)."""
+    from env_server.settings import ConfigError, Settings
+
+    msg = failures(good_env(tmp_path, SANDBOX="modal"), probes_for(tmp_path, GCSFUSE))["sandbox"]
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"SANDBOX": "modal"})
+    assert msg == str(refused.value)
+    assert msg.startswith("SANDBOX='modal' is not allowed")
+
+
+def test_bad_port_values_are_all_reported(tmp_path):
+    env = good_env(tmp_path, ENGINE_PORT="x", CAPTURE_PORT="70000")
+    msg = failures(env, probes_for(tmp_path, GCSFUSE))["ports"]
+    assert msg == (
+        "ENGINE_PORT='x' is not a TCP port: set ENGINE_PORT to a number in 1-65535 (default 8001); "
+        "CAPTURE_PORT='70000' is not a TCP port: set CAPTURE_PORT to a number in 1-65535 (default 8100)"
+    )
 
 
 def test_bad_run_name(tmp_path):
@@ -281,7 +315,10 @@ def test_weight_transfer_modes(tmp_path):
     def by(mode):
         return {f.check: f.message for f in run_all(good_env(tmp_path, WEIGHT_TRANSFER=mode), probes)}
 
-    assert "WEIGHT_TRANSFER='gloo' is not one of nccl, mock" in by("gloo")["trainer-settings"]
+    assert (
+        "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of nccl, mock (default nccl)"
+        in by("gloo")["trainer-settings"]
+    )
     # No vllm in the host venv: nccl names the image to build from. The mock engine's backend is in
     # this checkout (services/mock_engine/weight_client.py), so mock passes.
     assert "FROM the vLLM image" in by("nccl")["weight-transfer"]
@@ -298,9 +335,3 @@ def test_preflight_command_lists_every_problem(tmp_path):
     assert out.returncode == 1
     lines = [line for line in out.stderr.splitlines() if line.startswith("  [")]
     assert len(lines) >= 3 and any("[named]" in line for line in lines)
-
-
-def test_mountinfo_parses_escaped_paths():
-    line = r"5 1 8:1 /my\040bucket /bucket rw - ext4 /dev/sda1 rw"
-    (mount,) = mountinfo.parse(line)
-    assert mount.root == "/my bucket" and mount.fstype == "ext4"

@@ -24,30 +24,52 @@ def lines(env, probes, phase="preflight"):
 @pytest.mark.parametrize(
     ("name", "value", "line"),
     [
-        ("MAX_STEPS", "2e2", "MAX_STEPS='2e2' is not a whole number: write it in digits (default 200)"),
-        ("TEMPERATURE", "hot", "TEMPERATURE='hot' is not a number: write it like 1 (default 1)"),
-        ("NUM_GENERATIONS", "eight", "NUM_GENERATIONS='eight' is not a whole number: write it in digits (default 8)"),
+        ("MAX_STEPS", "2e2", "MAX_STEPS='2e2' is not a whole number: set MAX_STEPS to an integer (default 200)"),
+        (
+            "TEMPERATURE",
+            "hot",
+            "TEMPERATURE='hot' is not a number: set it above 0 (the policy's logprobs are processed at it; 0 is greedy, "
+            "not a policy) (default 1.0)",
+        ),
+        (
+            "NUM_GENERATIONS",
+            "eight",
+            "NUM_GENERATIONS='eight' is not a whole number: set it to at least 2 (GRPO scores each rollout against the "
+            "others of its group: one has no baseline) (default 8)",
+        ),
         (
             "NUM_GENERATIONS",
             "1",
-            "NUM_GENERATIONS=1 is below 2 (GRPO scores each rollout against the others of its group: one has no "
-            "baseline): set it to at least 2 (default 8)",
+            "NUM_GENERATIONS='1' is below 2: set it to at least 2 (GRPO scores each rollout against the others of its "
+            "group: one has no baseline) (default 8)",
         ),
         (
             "SAVE_STEPS",
             "0",
-            "SAVE_STEPS=0 is below 1 (0 would never save a checkpoint): set it to at least 1 (default 25)",
+            "SAVE_STEPS='0' is below 1: set it to at least 1 (0 would never save a checkpoint) (default 25)",
         ),
-        ("SAVE_TOTAL_LIMIT", "0", "SAVE_TOTAL_LIMIT=0 is below 1: set it to at least 1 (default 2)"),
-        ("TEMPERATURE", "0", "TEMPERATURE=0 must be above 0 (the policy's logprobs are processed at it; 0 is greedy"),
+        ("SAVE_TOTAL_LIMIT", "0", "SAVE_TOTAL_LIMIT='0' is below 1: set SAVE_TOTAL_LIMIT to at least 1 (default 2)"),
+        (
+            "TEMPERATURE",
+            "0",
+            "TEMPERATURE='0' is not above 0: set it above 0 (the policy's logprobs are processed at it; 0 is greedy",
+        ),
         ("LEARNING_RATE", "nan", "LEARNING_RATE='nan' is not a finite number"),
-        ("TOKEN_BUDGET", "-1", "TOKEN_BUDGET=-1 is below 0"),
-        ("REPORT_TO", "wandb", "REPORT_TO='wandb' is not one of trackio, tensorboard, none (default trackio)"),
-        ("TRAIN_DTYPE", "fp8", "TRAIN_DTYPE='fp8' is not one of bfloat16, float16, float32"),
+        ("TOKEN_BUDGET", "-1", "TOKEN_BUDGET='-1' is below 0"),
+        (
+            "REPORT_TO",
+            "wandb",
+            "REPORT_TO='wandb' is not allowed: set REPORT_TO to one of trackio, tensorboard, none (default trackio)",
+        ),
+        (
+            "TRAIN_DTYPE",
+            "fp8",
+            "TRAIN_DTYPE='fp8' is not allowed: set TRAIN_DTYPE to one of bfloat16, float16, float32",
+        ),
         ("TRAINER_COMPILE_LAYERS", "maybe", "TRAINER_COMPILE_LAYERS='maybe' is not a yes/no value"),
         ("ENV_SERVER_URL", "localhost:8000", "ENV_SERVER_URL='localhost:8000' is not an http(s) URL"),
-        ("AGENT_TIMEOUT_S", "0", "AGENT_TIMEOUT_S=0 must be above 0"),
-        ("MAX_INFLIGHT_ROLLOUTS", "0", "MAX_INFLIGHT_ROLLOUTS=0 is below 1"),
+        ("AGENT_TIMEOUT_S", "0", "AGENT_TIMEOUT_S='0' is not above 0"),
+        ("MAX_INFLIGHT_ROLLOUTS", "0", "MAX_INFLIGHT_ROLLOUTS='0' is below 1"),
     ],
 )
 def test_each_bad_setting_is_one_line_in_preflight(tmp_path, name, value, line):
@@ -68,7 +90,7 @@ def test_every_bad_setting_is_listed_at_once(tmp_path):
 
 
 def test_defaults_and_good_values_read_as_stated():
-    s = config.from_env({"NUM_GENERATIONS": "4", "SAVE_TOTAL_LIMIT": "3", "ENGINE_URL": "http://127.0.0.1:9/v1"})
+    s = config.from_env({"NUM_GENERATIONS": "4", "SAVE_TOTAL_LIMIT": "3", "ENGINE_URL": "http://127.0.0.1:9/"})
     assert (s.num_generations, s.per_device_train_batch_size, s.save_total_limit, s.engine_url) == (
         4,
         4,

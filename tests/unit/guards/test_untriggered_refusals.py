@@ -16,22 +16,25 @@ def test_hf_home_unset(tmp_path):
 def test_ports_that_are_not_ports(tmp_path):
     env = good_env(tmp_path, ENGINE_PORT="0", ENV_SERVER_PORT="http", TUNNEL_METRICS_PORT="70000")
     assert failures(env, probes_for(tmp_path, GCSFUSE)) == {
-        "ports": "ENGINE_PORT=0 is not a TCP port: pick one in 1-65535; "
-        "ENV_SERVER_PORT='http' is not an integer: set it to a whole number (default 8000); "
-        "TUNNEL_METRICS_PORT=70000 is not a TCP port: pick one in 1-65535"
+        "ports": "ENGINE_PORT='0' is not a TCP port: set ENGINE_PORT to a number in 1-65535 (default 8001); "
+        "ENV_SERVER_PORT='http' is not a TCP port: set ENV_SERVER_PORT to a number in 1-65535 (default 8000); "
+        "TUNNEL_METRICS_PORT='70000' is not a TCP port: set TUNNEL_METRICS_PORT to a number in 1-65535 "
+        "(default 20241)"
     }
 
 
 def test_negative_gpu_count(tmp_path):
     assert failures(good_env(tmp_path, REQUIRED_GPUS="-1"), probes_for(tmp_path, GCSFUSE)) == {
-        "gpus": "REQUIRED_GPUS=-1 is negative: set it to the GPUs this host must have (2; 0 in the CPU form)"
+        "gpus": "REQUIRED_GPUS='-1' is below 0: set it to the GPUs this host must have (2; 0 in the CPU form) "
+        "(default 2)"
     }
 
 
-def test_blank_sandbox(tmp_path):
-    assert failures(good_env(tmp_path, SANDBOX="  "), probes_for(tmp_path, GCSFUSE)) == {
-        "sandbox": "SANDBOX is empty: set SANDBOX=e2b (production) or SANDBOX=docker (local sandboxes)"
-    }
+def test_blank_sandbox_is_the_default_as_everywhere(tmp_path):
+    """Blank reads as unset in every shared reader (compose passes `${X:-}` as ""): the default e2b,
+    whose key this environment has, exactly as env-server would read it."""
+    assert failures(good_env(tmp_path, SANDBOX="  "), probes_for(tmp_path, GCSFUSE)) == {}
+    assert "sandbox" in failures(good_env(tmp_path, SANDBOX="  ", E2B_API_KEY=""), probes_for(tmp_path, GCSFUSE))
 
 
 def test_unreadable_mountinfo(tmp_path):

@@ -27,8 +27,6 @@ ONLY_IN_COMPOSE = {
     # The chart runs cloudflared exactly when TUNNEL_PROVIDER=cloudflared: no profile to agree with.
     ("preflight", "COMPOSE_PROFILES"),
     ("trainer", "COMPOSE_PROFILES"),
-    # The trainer's code never reads the hand-off; on the cluster it lives in the env-server pod.
-    ("trainer", "HANDOFF_DIR"),
     # cloudflared's log file is in another pod; its metrics server names the URL instead.
     ("tunnel-check", "TUNNEL_LOG"),
     # The opt-out for remote tasks on local docker sandboxes: SANDBOX=docker is refused on a cluster.

@@ -1,8 +1,8 @@
-"""scripts/status's conclusions: Prometheus figures read by the exporters' names, the URL trust line,
-and the one verdict line, over known inputs (exact lines)."""
+"""scripts/status's conclusions: Prometheus figures read by the exporters' names and the one verdict line,
+over known inputs (exact lines). Whether the URL is trusted is stack.handoff.lookup's answer, tested with
+the hand-off (tests/unit/stack, tests/unit/status/test_status_handoff.py)."""
 
 from stackstatus import figures, prometheus
-from stackstatus.trust import url_trust
 from stackstatus.verdict import verdict
 
 # The shape vLLM 0.31.0 serves (two data-parallel engines, so figures sum over the `engine` label).
@@ -45,22 +45,6 @@ def test_cloudflareds_edge_connection_gauge():
 def test_an_unreachable_exporter_is_one_line_not_a_crash():
     out = prometheus.scrape("http://127.0.0.1:9/metrics", timeout=2)
     assert isinstance(out, str) and out.startswith("http://127.0.0.1:9/metrics not readable (")
-
-
-def test_a_verified_record_past_its_window_is_not_trusted_and_says_why():
-    doc = {"state": "verified", "url": "https://a.trycloudflare.com", "verified_at": NOW - 39}
-    assert url_trust(doc, NOW, max_age_s=29) == (
-        False,
-        "last verified 39 s ago, past its trust window by 10 s: tunnel-check stopped re-checking it "
-        "(docker compose logs tunnel-check); rollouts are refused",
-    )
-    assert url_trust(doc, NOW, max_age_s=60) == TRUSTED
-    # A record that states its own validity is judged by it, not by the reader's idea of the schedule.
-    assert url_trust({**doc, "valid_until": NOW - 1}, NOW, max_age_s=600)[0] is False
-    assert url_trust({"state": "withdrawn", "reason": "HTTP 530"}, NOW, 29) == (
-        False,
-        "withdrawn by tunnel-check: HTTP 530",
-    )
 
 
 def test_verdict_trainer_bound():

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-import handoff
+from stack import handoff
 from tunnel_check import monitor as monitor_mod
 from tunnel_check import probe, settings
 from tunnel_check.monitor import CHECK_CRASHED, Monitor
@@ -61,19 +61,19 @@ def test_an_exception_in_a_check_is_a_failed_check_and_the_loop_goes_on(tmp_path
     m = make(tmp_path, [URL, RuntimeError("boom"), URL, KeyError("x"), ValueError("y"), URL], monkeypatch)
     caplog.set_level(logging.ERROR, logger="tunnel_check")
     m.step()
-    assert handoff.read(tmp_path).url == URL
+    assert handoff.lookup(tmp_path)[0].url == URL
     m.step()  # one crash: counted as 1 of 2 failures, still published
     assert m.last.cause == CHECK_CRASHED and "RuntimeError: boom" in m.last.detail
-    assert handoff.read(tmp_path).url == URL
+    assert handoff.lookup(tmp_path)[0].url == URL
     assert "check crashed: RuntimeError: boom (at test_loop_survives.py:" in caplog.text
     assert "the loop goes on" in caplog.text
     m.step()  # verified again: the count resets
     m.step()
     m.step()  # two consecutive crashes withdraw the URL within the bound, as any failure would
-    assert handoff.read(tmp_path) is None
+    assert handoff.lookup(tmp_path)[0] is None
     assert "check crashed" in handoff.read_raw(tmp_path)["reason"]
     m.step()  # and the next good check publishes again
-    assert handoff.read(tmp_path).url == URL
+    assert handoff.lookup(tmp_path)[0].url == URL
 
 
 def test_run_keeps_looping_through_crashes_until_stopped(tmp_path, monkeypatch):
@@ -108,7 +108,10 @@ def test_run_keeps_looping_through_crashes_until_stopped(tmp_path, monkeypatch):
     [
         ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "http://172.17.0.1:99999"}, "is not a usable URL"),
         ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "http://bad host:8100"}, "is not a valid hostname label"),
-        ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "ftp://172.17.0.1:8100"}, "needs a scheme"),
+        (
+            {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "ftp://172.17.0.1:8100"},
+            "is not an http(s) URL: set DIRECT_URL with its scheme",
+        ),
         ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "http://u:p@172.17.0.1:8100"}, "credentials"),
         ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": URL, "CAPTURE_HOST": "local_host!"}, "CAPTURE_HOST="),
         ({"TUNNEL_PROVIDER": "gradio", "GRADIO_SHARE_SERVER": "frps.example.com"}, "is not host:port"),

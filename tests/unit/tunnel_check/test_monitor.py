@@ -2,7 +2,7 @@
 publish a new URL as soon as it verifies. Verdicts are fed directly (the checks themselves are
 covered by test_probe and the integration suite); the hand-off is the real one in a temp folder."""
 
-import handoff
+from stack import handoff
 from tunnel_check import probe, settings
 from tunnel_check.monitor import Monitor
 
@@ -42,21 +42,21 @@ PAGE = probe.fail(probe.PROVIDER_PAGE, "HTTP 530, Cloudflare error 1033", OLD)
 def test_publish_then_withdraw_after_n_failures_then_publish_new_url(tmp_path):
     m = make(tmp_path, failures=2)
     m.apply(probe.ok(OLD, "i1"))
-    assert handoff.read(tmp_path).url == OLD
-    assert handoff.read(tmp_path).provider == "cloudflared-quick"
+    assert handoff.lookup(tmp_path)[0].url == OLD
+    assert handoff.lookup(tmp_path)[0].provider == "cloudflared-quick"
 
     m.apply(PAGE)
-    assert handoff.read(tmp_path).url == OLD  # one failure is not enough
+    assert handoff.lookup(tmp_path)[0].url == OLD  # one failure is not enough
     m.apply(PAGE)
-    assert handoff.read(tmp_path) is None
+    assert handoff.lookup(tmp_path)[0] is None
     raw = handoff.read_raw(tmp_path)
     assert raw["withdrawn_url"] == OLD and "error 1033" in raw["reason"] and "2 consecutive" in raw["reason"]
     assert m.discovery.renewed == 1
 
     m.apply(probe.fail(probe.UNRESOLVABLE, "new-words-here does not resolve", NEW))
-    assert handoff.read(tmp_path) is None
+    assert handoff.lookup(tmp_path)[0] is None
     m.apply(probe.ok(NEW, "i1"))
-    assert handoff.read(tmp_path).url == NEW
+    assert handoff.lookup(tmp_path)[0].url == NEW
 
 
 def test_a_success_between_failures_resets_the_count(tmp_path):
@@ -65,14 +65,14 @@ def test_a_success_between_failures_resets_the_count(tmp_path):
     m.apply(PAGE)
     m.apply(probe.ok(OLD, "i1"))
     m.apply(PAGE)
-    assert handoff.read(tmp_path).url == OLD
+    assert handoff.lookup(tmp_path)[0].url == OLD
 
 
 def test_url_change_while_published_is_followed_at_once(tmp_path):
     m = make(tmp_path)
     m.apply(probe.ok(OLD, "i1"))
     m.apply(probe.ok(NEW, "i1"))
-    assert handoff.read(tmp_path).url == NEW
+    assert handoff.lookup(tmp_path)[0].url == NEW
 
 
 def test_unpublished_backoff_grows_to_the_interval_and_resets_for_a_new_url(tmp_path):

@@ -1,12 +1,13 @@
-"""Settings fail with one line that names the fix; the bounds are derived in one place; the
-healthcheck is healthy only for a published, recently verified URL."""
+"""Settings fail with one line that names the fix; the bounds are derived in one place and travel in
+the record (valid_until); the healthcheck is healthy only for a published, still valid URL."""
 
 import json
 import time
 
 import pytest
 
-import handoff
+from stack import handoff
+from stack.facts import HANDOFF_FILE
 from tunnel_check import health, settings
 
 BASE = {"TUNNEL_PROVIDER": "cloudflared", "TUNNEL_METRICS_PORT": "20241", "CAPTURE_PORT": "8100"}
@@ -18,16 +19,16 @@ def load(**env):
 
 def test_bounds_are_interval_times_failures_plus_timeout():
     s = load(TUNNEL_CHECK_INTERVAL_S="10", TUNNEL_CHECK_FAILURES_TO_WITHDRAW="2", TUNNEL_CHECK_TIMEOUT_S="8")
-    assert s.withdraw_bound_s == 28 and s.freshness_bound_s == 28
-    assert "withdrawn within 28s" in s.describe()
+    assert s.withdraw_bound_s == 28 and s.valid_for_s == 29
+    assert "withdrawn within 28s" in s.describe() and "valid for 29s" in s.describe()
 
 
 @pytest.mark.parametrize(
     "env, fix",
     [
-        ({"TUNNEL_PROVIDER": "ngrok"}, "cloudflared, gradio, direct"),
+        ({"TUNNEL_PROVIDER": "ngrok"}, "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to cloudflared"),
         ({"TUNNEL_PROVIDER": "direct"}, "needs DIRECT_URL"),
-        ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "172.17.0.1:8100"}, "needs a scheme"),
+        ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "172.17.0.1:8100"}, "with its scheme"),
         ({"TUNNEL_NAMED": "1"}, "set TUNNEL_HOSTNAME"),
         ({"TUNNEL_NAMED": "", "TUNNEL_HOSTNAME": "capture.example.com"}, "TUNNEL_TOKEN is empty"),
         ({"TUNNEL_NAMED": "1", "TUNNEL_HOSTNAME": "https://capture.example.com"}, "bare hostname"),
@@ -54,9 +55,9 @@ def test_provider_modes():
 def test_health_follows_the_handoff(tmp_path):
     s = load(HANDOFF_DIR=str(tmp_path), TUNNEL_CHECK_INTERVAL_S="1", TUNNEL_CHECK_TIMEOUT_S="0.5")
     ok, line = health.status(s)
-    assert not ok and "nothing was ever published" in line
+    assert not ok and "tunnel-check has published nothing" in line
 
-    handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", tmp_path)
+    handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", s.valid_for_s, tmp_path)
     ok, line = health.status(s)
     assert ok and "a-b-c-d.trycloudflare.com" in line
 
@@ -65,12 +66,24 @@ def test_health_follows_the_handoff(tmp_path):
     assert not ok and "HTTP 530 error 1033" in line
 
 
-def test_health_rejects_a_verification_older_than_the_bound(tmp_path):
+def test_health_rejects_an_expired_record(tmp_path):
+    """The healthcheck reads the record's own valid_until, as env-server does; no bound of its own."""
     s = load(HANDOFF_DIR=str(tmp_path), TUNNEL_CHECK_INTERVAL_S="1", TUNNEL_CHECK_TIMEOUT_S="0.5")
-    handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", tmp_path)
-    path = tmp_path / handoff.FILENAME
+    handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", s.valid_for_s, tmp_path)
+    path = tmp_path / HANDOFF_FILE
     doc = json.loads(path.read_text())
-    doc["verified_at"] = time.time() - (s.freshness_bound_s + health.GRACE_S + 5)
+    doc["valid_until"] = time.time() - 5
     path.write_text(json.dumps(doc))
     ok, line = health.status(s)
-    assert not ok and "freshness bound" in line and "not re-checking" in line
+    assert not ok and "its record expired 5s ago" in line and "stopped re-checking" in line
+
+
+def test_the_monitor_writes_valid_until_from_its_own_schedule(tmp_path):
+    from tunnel_check import probe
+    from tunnel_check.monitor import Monitor
+
+    s = load(HANDOFF_DIR=str(tmp_path), TUNNEL_CHECK_INTERVAL_S="3", TUNNEL_CHECK_TIMEOUT_S="2")
+    monitor = Monitor(s, discovery=object())
+    monitor.apply(probe.Verdict(True, "", "ok", "https://a.example", "abc"))
+    doc = json.loads((tmp_path / HANDOFF_FILE).read_text())
+    assert doc["valid_until"] - doc["verified_at"] == pytest.approx(3 * 2 + 2 + 1)

@@ -1,0 +1,30 @@
+"""ENGINE_URL is the engine's root (`http://host:port`) everywhere; the OpenAI API base is derived here.
+
+Before, env-server was given `.../v1` and the trainer the root (and stripped a `/v1` it might get), so
+the same variable meant two things and a copied value broke one of them.
+"""
+
+from __future__ import annotations
+
+from .env import Env
+
+DEFAULT_ENGINE_URL = "http://127.0.0.1:8001"
+OPENAI_PATH = "/v1"
+
+
+def openai_base(engine_url: str) -> str:
+    """`http://host:port` -> `http://host:port/v1`: where chat completions and /models live."""
+    return engine_url.rstrip("/") + OPENAI_PATH
+
+
+def read_engine_url(read: Env) -> str:
+    """ENGINE_URL from the environment: the root. A `/v1` suffix is refused, not stripped: a value that
+    still carries it was written for the old meaning, and silently accepting both is how they drifted."""
+    url = read.url("ENGINE_URL", DEFAULT_ENGINE_URL)
+    if url.rstrip("/").endswith(OPENAI_PATH):
+        return read.refuse(
+            f"ENGINE_URL={url!r} ends in {OPENAI_PATH}: set the engine's root, e.g. {DEFAULT_ENGINE_URL} "
+            f"({OPENAI_PATH} is added where the OpenAI API is called)",
+            DEFAULT_ENGINE_URL,
+        )
+    return url

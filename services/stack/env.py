@@ -1,0 +1,193 @@
+"""Environment readers: every service reads its settings through these, so every bad value is reported
+the same way: ONE line that names the variable, the value it had, and what to set instead.
+
+    env = Env()                              # raises EnvError at the first bad value (a service starting)
+    env = Env(collect=True)                  # keeps going; env.problems lists every bad value (preflight)
+
+Unset and empty are the same thing (compose passes `${X:-}` as an empty string): both mean the default.
+A reader that collects returns the default for a bad value, so the caller can keep reading.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+class EnvError(ValueError):
+    """A setting a service cannot run with. `str(exc)` is the one line the operator reads."""
+
+
+class Env:
+    def __init__(self, env: Mapping[str, str] | None = None, *, collect: bool = False) -> None:
+        self.env = os.environ if env is None else env
+        self.collect = collect
+        self.problems: list[str] = []
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def raw(self, name: str) -> str | None:
+        """The stripped value, or None when unset or empty."""
+        value = self.env.get(name)
+        if value is None or not value.strip():
+            return None
+        return value.strip()
+
+    def refuse(self, line: str, default: T) -> T:
+        """Report one bad setting: raise it, or (collecting) record it and carry on with the default."""
+        if not self.collect:
+            raise EnvError(line)
+        self.problems.append(line)
+        return default
+
+    def check(self) -> None:
+        """After collecting: raise every recorded problem at once, one per line."""
+        if self.problems:
+            raise EnvError("\n".join(self.problems))
+
+    @staticmethod
+    def _default(default: object) -> str:
+        return "" if default is None or default == "" else f" (default {default})"
+
+    # -- readers ---------------------------------------------------------------------------------
+    def text(self, name: str, default: str = "") -> str:
+        raw = self.raw(name)
+        return default if raw is None else raw
+
+    def integer(
+        self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None, fix: str = ""
+    ) -> int:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            return self.refuse(
+                f"{name}={raw!r} is not a whole number: {fix or f'set {name} to an integer'}{self._default(default)}",
+                default,
+            )
+        return self._bounded(name, raw, value, default, minimum, maximum, fix)
+
+    def number(
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        above: float | None = None,
+        fix: str = "",
+    ) -> float:
+        """A finite float; `above` is a strict lower bound (a learning rate of 0 is no learning rate)."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            return self.refuse(
+                f"{name}={raw!r} is not a number: {fix or f'set {name} to a number'}{self._default(default)}", default
+            )
+        if value != value or value in (float("inf"), float("-inf")):
+            return self.refuse(
+                f"{name}={raw!r} is not a finite number: {fix or f'set {name} to a number'}{self._default(default)}",
+                default,
+            )
+        if above is not None and value <= above:
+            return self.refuse(
+                f"{name}={raw!r} is not above {above:g}: {fix or f'set {name} above {above:g}'}{self._default(default)}",
+                default,
+            )
+        return self._bounded(name, raw, value, default, minimum, maximum, fix)
+
+    def _bounded(self, name, raw, value, default, minimum, maximum, fix):
+        if minimum is not None and value < minimum:
+            return self.refuse(
+                f"{name}={raw!r} is below {minimum:g}: {fix or f'set {name} to at least {minimum:g}'}"
+                f"{self._default(default)}",
+                default,
+            )
+        if maximum is not None and value > maximum:
+            return self.refuse(
+                f"{name}={raw!r} is above {maximum:g}: {fix or f'set {name} to at most {maximum:g}'}"
+                f"{self._default(default)}",
+                default,
+            )
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        if raw.lower() in TRUE_WORDS:
+            return True
+        if raw.lower() in FALSE_WORDS:
+            return False
+        return self.refuse(
+            f"{name}={raw!r} is not a yes/no value: set {name} to 1 or 0 (default {1 if default else 0})", default
+        )
+
+    def choice(
+        self,
+        name: str,
+        default: str,
+        choices: Iterable[str],
+        *,
+        aliases: Mapping[str, str] | None = None,
+        fix: str = "",
+    ) -> str:
+        """One of `choices` (case-insensitive); `aliases` map other accepted spellings onto a choice."""
+        choices = tuple(choices)
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        value = raw.lower()
+        value = (aliases or {}).get(value, value)
+        if value in choices:
+            return value
+        return self.refuse(
+            f"{name}={raw!r} is not allowed: {fix or f'set {name} to one of ' + ', '.join(choices)}"
+            f"{self._default(default)}",
+            default,
+        )
+
+    def url(self, name: str, default: str = "", *, fix: str = "") -> str:
+        """An http(s) URL without a trailing slash."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        scheme, sep, rest = raw.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+            example = default or "http://127.0.0.1:8000"
+            return self.refuse(f"{name}={raw!r} is not an http(s) URL: {fix or f'set {name} like {example}'}", default)
+        return raw.rstrip("/")
+
+    def path(self, name: str, default: str = "") -> str:
+        """An absolute path (a relative one would depend on the working directory of whoever reads it)."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        if not raw.startswith("/"):
+            return self.refuse(
+                f"{name}={raw!r} is not an absolute path: set {name} to a path starting with /{self._default(default)}",
+                default,
+            )
+        return raw.rstrip("/") or "/"
+
+    def port(self, name: str, default: int | None) -> int | None:
+        """A TCP port; `default=None` makes the port optional (unset reads as None)."""
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        if not raw.isdigit() or not 0 < int(raw) < 65536:
+            return self.refuse(
+                f"{name}={raw!r} is not a TCP port: set {name} to a number in 1-65535{self._default(default)}",
+                default,
+            )
+        return int(raw)

@@ -1,0 +1,43 @@
+"""Allowed values and defaults that more than one service (or compose, or preflight) relies on.
+
+A value allowed here is allowed everywhere: preflight refuses exactly what the service would refuse
+at start, so a run never gets past the cheap check and dies at the expensive one.
+"""
+
+from __future__ import annotations
+
+# Where rollouts run. Modal is a Harbor backend too, but nothing here checks its credentials or reaps
+# its sandboxes, so it is not offered.
+SANDBOXES = ("e2b", "docker")
+DEFAULT_SANDBOX = "e2b"
+
+# How the capture proxy is published (tunnel-check verifies each the same way).
+TUNNEL_PROVIDERS = ("cloudflared", "gradio", "direct")
+DEFAULT_TUNNEL_PROVIDER = "cloudflared"
+# OpenEnv's make_forwarder spells cloudflared this way; accepted, recorded under our spelling.
+TUNNEL_PROVIDER_ALIASES = {"cloudflare": "cloudflared"}
+
+# How the trainer pushes weights into the engine: NCCL into vLLM, or the mock engine's backend (CPU form).
+WEIGHT_TRANSFERS = ("nccl", "mock")
+DEFAULT_WEIGHT_TRANSFER = "nccl"
+
+# How mini-swe-agent gets into a sandbox (env_server.agent_install).
+AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")
+
+# Model calls per rollout. Always on: a chained rollout's packed length, and so the trainer's memory,
+# grows with its turns (docs/GPU-BENCHMARK.md).
+DEFAULT_STEP_LIMIT = 12
+
+# Loopback ports on the host network, one per listening service.
+DEFAULT_PORTS = {"ENGINE_PORT": 8001, "ENV_SERVER_PORT": 8000, "CAPTURE_PORT": 8100, "TUNNEL_METRICS_PORT": 20241}
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+# The tunnel hand-off: a named volume mounted here in tunnel-check (read-write) and env-server (read-only).
+HANDOFF_DIR = "/handoff"
+HANDOFF_FILE = "capture_url.json"
+HANDOFF_VOLUME = "handoff"  # compose's volume name; Docker prefixes it with the project name
+
+BUCKET_DIR = "/bucket"
+DEFAULT_DATASET = "/app/datasets/starter"
+# The words an operator must write to train into a folder that is not a real mount.
+BUCKET_OPT_OUT_PHRASE = "i-accept-losing-checkpoints"

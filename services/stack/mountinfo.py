@@ -1,0 +1,75 @@
+"""/proc/self/mountinfo, parsed: what is mounted where, from which filesystem, and which part of it.
+
+The guards use it to tell a real bucket mount from the empty folder Docker creates; env-server uses it
+to check that TRIALS_DIR is bound at its own path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+_NETWORK_FSTYPES = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p", "virtiofs", "afs")
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_id: str
+    device: str  # major:minor
+    root: str
+    mount_point: str
+    fstype: str
+    source: str
+
+    @property
+    def is_network_or_fuse(self) -> bool:
+        return self.fstype.startswith("fuse") or self.fstype in _NETWORK_FSTYPES
+
+
+def _unescape(field: str) -> str:
+    # mountinfo octal-escapes space, tab, newline and backslash.
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def parse(text: str) -> list[Mount]:
+    mounts = []
+    for line in text.splitlines():
+        if " - " not in line:
+            continue
+        left, right = line.split(" - ", 1)
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 2:
+            continue
+        mounts.append(Mount(fields[0], fields[2], _unescape(fields[3]), _unescape(fields[4]), tail[0], tail[1]))
+    return mounts
+
+
+def read(path: str | os.PathLike = MOUNTINFO) -> list[Mount]:
+    return parse(Path(path).read_text())
+
+
+def mount_at(mounts: list[Mount], mount_point: str) -> Mount | None:
+    """The mount visible at `mount_point` (the last one listed wins: later mounts shadow earlier)."""
+    found = None
+    for mount in mounts:
+        if mount.mount_point == mount_point:
+            found = mount
+    return found
+
+
+def covering_mount(mounts: list[Mount], path: str) -> Mount | None:
+    """The mount whose mount point is the longest prefix of `path`."""
+    best = None
+    for mount in mounts:
+        mp = mount.mount_point.rstrip("/") or "/"
+        if path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/":
+            if best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/"):
+                best = mount
+    return best
+
+
+def mount_points(mounts: list[Mount]) -> set[str]:
+    return {m.mount_point for m in mounts}

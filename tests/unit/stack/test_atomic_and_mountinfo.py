@@ -1,0 +1,51 @@
+"""The atomic JSON write and the mountinfo parser."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from stack import atomic, mountinfo
+
+
+def test_write_json_replaces_whole_and_leaves_no_temp_file(tmp_path):
+    path = tmp_path / "deep" / "status.json"
+    atomic.write_json(path, {"step": 1})
+    atomic.write_json(path, {"step": 2, "b": [1]}, indent=1, sort_keys=True)
+    assert json.loads(path.read_text()) == {"b": [1], "step": 2}
+    assert path.read_text().startswith('{\n "b"')
+    assert sorted(p.name for p in path.parent.iterdir()) == ["status.json"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+
+def test_a_failed_write_keeps_the_old_document_and_no_temp_file(tmp_path):
+    path = tmp_path / "capture_url.json"
+    atomic.write_json(path, {"state": "verified"})
+    with pytest.raises(TypeError):
+        atomic.write_json(path, {"bad": object()})
+    assert json.loads(path.read_text()) == {"state": "verified"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["capture_url.json"]
+
+
+MOUNTINFO = (
+    "114 51 254:0 /tmp/plain\\040bucket /bucket rw,relatime - ext4 /dev/vda rw,discard\n"
+    "117 51 254:0 /var/lib/docker/containers/1c4b/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw\n"
+    "130 51 0:61 / /var/lib/asyncgrpo-harbor/trials rw - fuse.gcsfuse my-bucket rw\n"
+    "garbage line without the separator\n"
+)
+
+
+def test_parse_unescapes_and_skips_garbage():
+    mounts = mountinfo.parse(MOUNTINFO)
+    assert [m.mount_point for m in mounts] == ["/bucket", "/etc/hostname", "/var/lib/asyncgrpo-harbor/trials"]
+    bucket = mountinfo.mount_at(mounts, "/bucket")
+    assert bucket.root == "/tmp/plain bucket" and bucket.device == "254:0" and bucket.fstype == "ext4"
+    assert mountinfo.mount_at(mounts, "/var/lib/asyncgrpo-harbor/trials").is_network_or_fuse
+    assert mountinfo.mount_points(mounts) == {"/bucket", "/etc/hostname", "/var/lib/asyncgrpo-harbor/trials"}
+
+
+def test_read_the_real_file_of_this_process():
+    assert "/" in mountinfo.mount_points(mountinfo.read())

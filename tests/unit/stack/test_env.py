@@ -1,0 +1,105 @@
+"""The environment readers: each bad value is ONE line naming the variable, the value and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from stack.endpoints import openai_base, read_engine_url
+from stack.env import Env, EnvError
+
+
+def refused(env: dict, read) -> str:
+    with pytest.raises(EnvError) as info:
+        read(Env(env))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unset_and_empty_mean_the_default():
+    read = Env({"A": "", "B": "  "})
+    assert read.integer("A", 3) == 3 and read.number("B", 1.5) == 1.5 and read.text("C", "x") == "x"
+    assert read.port("A", None) is None and read.flag("B", True) is True and read.choice("A", "e2b", ("e2b",)) == "e2b"
+
+
+def test_integer():
+    assert Env({"N": " 7 "}).integer("N", 1) == 7
+    assert refused({"N": "seven"}, lambda r: r.integer("N", 12)) == (
+        "N='seven' is not a whole number: set N to an integer (default 12)"
+    )
+    assert refused({"N": "0"}, lambda r: r.integer("N", 12, minimum=1)) == (
+        "N='0' is below 1: set N to at least 1 (default 12)"
+    )
+    assert refused({"N": "9"}, lambda r: r.integer("N", 2, maximum=8)) == (
+        "N='9' is above 8: set N to at most 8 (default 2)"
+    )
+    assert refused({"N": "-1"}, lambda r: r.integer("N", 2, minimum=0, fix="set it to the GPUs you have")) == (
+        "N='-1' is below 0: set it to the GPUs you have (default 2)"
+    )
+
+
+def test_number():
+    assert Env({"X": "1e-6"}).number("X", 1.0) == 1e-6
+    assert refused({"X": "fast"}, lambda r: r.number("X", 10.0)) == (
+        "X='fast' is not a number: set X to a number (default 10.0)"
+    )
+    assert refused({"X": "nan"}, lambda r: r.number("X", 10.0)) == (
+        "X='nan' is not a finite number: set X to a number (default 10.0)"
+    )
+    assert refused({"X": "0.1"}, lambda r: r.number("X", 10.0, minimum=0.2)) == (
+        "X='0.1' is below 0.2: set X to at least 0.2 (default 10.0)"
+    )
+
+
+def test_flag():
+    assert Env({"F": "no"}).flag("F", True) is False and Env({"F": "ON"}).flag("F", False) is True
+    assert refused({"F": "maybe"}, lambda r: r.flag("F", True)) == (
+        "F='maybe' is not a yes/no value: set F to 1 or 0 (default 1)"
+    )
+
+
+def test_choice_is_case_insensitive_and_takes_aliases():
+    assert Env({"S": "Docker"}).choice("S", "e2b", ("e2b", "docker")) == "docker"
+    aliases = {"cloudflare": "cloudflared"}
+    assert Env({"T": "cloudflare"}).choice("T", "direct", ("cloudflared", "direct"), aliases=aliases) == "cloudflared"
+    assert refused({"S": "modal"}, lambda r: r.choice("S", "e2b", ("e2b", "docker"))) == (
+        "S='modal' is not allowed: set S to one of e2b, docker (default e2b)"
+    )
+
+
+def test_url_and_path_and_port():
+    assert Env({"U": "https://x.example/"}).url("U") == "https://x.example"
+    assert refused({"U": "x.example:8100"}, lambda r: r.url("U", "http://127.0.0.1:8000")) == (
+        "U='x.example:8100' is not an http(s) URL: set U like http://127.0.0.1:8000"
+    )
+    assert Env({"P": "/handoff/"}).path("P") == "/handoff"
+    assert refused({"P": "handoff"}, lambda r: r.path("P", "/handoff")) == (
+        "P='handoff' is not an absolute path: set P to a path starting with / (default /handoff)"
+    )
+    assert Env({"Q": "8100"}).port("Q", 1) == 8100
+    assert refused({"Q": "70000"}, lambda r: r.port("Q", 8100)) == (
+        "Q='70000' is not a TCP port: set Q to a number in 1-65535 (default 8100)"
+    )
+
+
+def test_collecting_reports_every_problem_at_once_and_carries_on_with_defaults():
+    read = Env({"A": "x", "B": "0", "C": "5"}, collect=True)
+    assert (read.integer("A", 1), read.integer("B", 2, minimum=1), read.integer("C", 3)) == (1, 2, 5)
+    assert read.problems == [
+        "A='x' is not a whole number: set A to an integer (default 1)",
+        "B='0' is below 1: set B to at least 1 (default 2)",
+    ]
+    with pytest.raises(EnvError) as info:
+        read.check()
+    assert str(info.value).splitlines() == read.problems
+    Env({}, collect=True).check()  # nothing collected, nothing raised
+
+
+def test_engine_url_is_the_root_and_v1_is_added_in_one_place():
+    assert read_engine_url(Env({})) == "http://127.0.0.1:8001"
+    assert read_engine_url(Env({"ENGINE_URL": "http://10.0.0.2:9000/"})) == "http://10.0.0.2:9000"
+    assert openai_base("http://10.0.0.2:9000") == "http://10.0.0.2:9000/v1"
+    assert refused({"ENGINE_URL": "http://127.0.0.1:8001/v1"}, read_engine_url) == (
+        "ENGINE_URL='http://127.0.0.1:8001/v1' ends in /v1: set the engine's root, e.g. http://127.0.0.1:8001 "
+        "(/v1 is added where the OpenAI API is called)"
+    )
