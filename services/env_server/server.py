@@ -1,7 +1,8 @@
 """Boot: check, report, serve. OpenEnv's harbor server, with our bind addresses and our admission.
 
 Same order as OpenEnv's `serve_harbor`: startup checks, capture proxy, then the Task API + MCP app
-(OpenEnv's `create_app` around a HarborEnvironment). Differences, each for a contract in DESIGN.md:
+(OpenEnv's `create_app` around a HarborEnvironment). Differences, each for a contract of the stack
+(README.md, services/env_server/README.md):
 the proxy binds CAPTURE_HOST (capture.py), the advertised URL is the verified hand-off (capture.py,
 rollouts.py), an unreachable engine is reported and never fatal, and SIGTERM closes in-flight
 sandboxes before the process exits.

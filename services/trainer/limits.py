@@ -1,6 +1,7 @@
 """How long a rollout the trainer's GPU can hold, derived from measured memory, and the startup warning.
 
-Pure (no torch): the preflight, the trainer and the unit tests on a CPU host all import it.
+Pure (no torch; transformers only inside `DroppedSampleCounter.callback`): the trainer, the benchmark's
+trajectory shapes and the unit tests on a CPU host import it.
 
 Why a derivation and not a constant: the loss step's peak memory is, to a very good fit, a fixed part
 (weights, gradients, AdamW state, the chunked log-prob workspace) plus a part linear in the packed row's

@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "trainer"))
+# The repository root, for the benchmark's FA2 varlen kernel (benchmarks/ is in no image).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripted_agent import ScriptedAgentRunner  # noqa: E402
 
+from benchmarks.trainer_gpu import attention  # noqa: E402
 from guards.checks import run_all  # noqa: E402
-from trainer.bench import attention  # noqa: E402
 from trainer.config import from_env  # noqa: E402
 from trainer.train import run  # noqa: E402
 

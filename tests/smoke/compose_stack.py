@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "asyncgrpo-smoke"
@@ -118,13 +118,7 @@ class Stack:
         return rows[0] if rows else {}
 
     def wait_for(self, what: str, predicate, timeout_s: float, poll_s: float = 2.0):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(poll_s)
-        raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        return wait_until(predicate, timeout_s, what, poll_s=poll_s)
 
     def health(self, service: str) -> str:
         return self.container(service).get("Health", "")
@@ -148,22 +142,6 @@ def _bytes(text: str) -> int:
             except ValueError:
                 return 0
     return 0
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct ports free on loopback now, for the stack under test: with its own ports it runs beside
-    anything else on this machine (a dev server on 8000, another stack on the defaults). All sockets stay
-    bound until every port is picked, so the kernel cannot hand the same one out twice."""
-    held = []
-    try:
-        for _ in range(n):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            held.append(sock)
-        return [sock.getsockname()[1] for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def listening_sockets() -> set[tuple[str, int]]:

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from compose_stack import PROJECT, ROOT, Stack, clean_env, docker_objects, free_ports, listening_sockets, run
+from compose_stack import PROJECT, ROOT, Stack, clean_env, docker_objects, listening_sockets, run
+from support import free_ports
 
 UP_TIMEOUT_S = 30 * 60
 TRAIN_TIMEOUT_S = 30 * 60

@@ -21,15 +21,14 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from support import free_port, wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -46,23 +45,6 @@ def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
     if check and proc.returncode != 0:
         raise AssertionError(f"docker {' '.join(args[:3])} failed: {proc.stderr.strip()[:400]}")
     return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(what: str, predicate, timeout: float, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def _ready() -> str | None:
@@ -211,7 +193,7 @@ class Stack:
             except (httpx.HTTPError, ValueError, KeyError):
                 return None
 
-        host = wait_until("the stand-in's URL", announced, 60)
+        host = wait_until(announced, 60, "the stand-in's URL", poll_s=1)
         return host if host.startswith("http") else f"https://{host}"
 
     def verify_and_publish(self, url: str) -> None:
@@ -219,7 +201,7 @@ class Stack:
         from stack import handoff
 
         local = httpx.get(f"http://127.0.0.1:{self.capture_port}/health", timeout=5).json()["instance"]
-        remote = wait_until(f"{url}/health", lambda: _instance(url), 30)
+        remote = wait_until(lambda: _instance(url), 30, f"{url}/health", poll_s=1)
         assert remote == local, f"{url} serves another proxy ({remote} != {local})"
         # No tunnel-check re-verifies it here, so the record promises long enough for the test.
         handoff.publish(url, local, "test-standin", 600.0, self.handoff)
@@ -300,7 +282,7 @@ def stack():
 
 
 def test_starts_healthy_without_engine_and_says_what_is_missing(stack):
-    wait_until("env-server healthcheck", stack.healthy, 300, every=3)
+    wait_until(stack.healthy, 300, "env-server healthcheck", poll_s=3)
     logs = stack.logs()
     assert f"dataset   {SPLIT}: 3 tasks" in logs
     assert "docker    daemon" in logs
@@ -332,7 +314,7 @@ def test_no_rollout_before_a_url_is_verified(stack):
 
 def test_rollout_runs_in_a_docker_sandbox_through_the_new_url(stack):
     stack.start_engine()
-    wait_until("the mock engine", lambda: _models(stack.engine_port), 300, every=2)
+    wait_until(lambda: _models(stack.engine_port), 300, "the mock engine", poll_s=2)
     first = stack.start_standin()
     stack.verify_and_publish(first)
     # The quick tunnel restarts: a new URL, verified and handed over; env-server is not restarted.
@@ -400,8 +382,8 @@ def test_sigterm_closes_the_inflight_sandbox(stack):
         target=lambda: outcome.setdefault("r", _safe(lambda: run_rollout(stack, agent_timeout_sec=600))), daemon=True
     )
     worker.start()
-    trial = wait_until("a new trial folder", lambda: next(iter(set(stack.trial_dirs()) - before), None), 120)
-    wait_until("its sandbox container", lambda: _project_containers(trial.name), 300, every=2)
+    trial = wait_until(lambda: next(iter(set(stack.trial_dirs()) - before), None), 120, "a new trial folder", poll_s=1)
+    wait_until(lambda: _project_containers(trial.name), 300, "its sandbox container", poll_s=2)
 
     docker("stop", "-t", "90", stack.env_server, timeout=120)
 
@@ -453,14 +435,14 @@ def test_wheelhouse_install_in_a_task_image_without_the_agent(stack):
         "-e",
         "DATASETS=/bare",
     )
-    wait_until("env-server (wheelhouse) healthcheck", stack.healthy, 300, every=3)
+    wait_until(stack.healthy, 300, "env-server (wheelhouse) healthcheck", poll_s=3)
     logs = wait_until(
-        "the startup report", lambda: "=== env-server startup report" in stack.logs() and stack.logs(), 60
+        lambda: "=== env-server startup report" in stack.logs() and stack.logs(), 60, "the startup report", poll_s=1
     )
     assert "agent     wheelhouse /wheelhouse (mini_swe_agent-2.4.6-py3-none-any.whl)" in logs, logs[-3000:]
     if not stack.public_url:  # run on its own (-k): bring up what the earlier test would have
         stack.start_engine()
-        wait_until("the mock engine", lambda: _models(stack.engine_port), 300, every=2)
+        wait_until(lambda: _models(stack.engine_port), 300, "the mock engine", poll_s=2)
         stack.public_url = stack.start_standin()
     stack.verify_and_publish(stack.public_url)
 

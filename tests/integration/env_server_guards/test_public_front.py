@@ -23,17 +23,12 @@ import pytest
 from engine_standin import POISON_MARKER, serve
 from openenv.harbor.contract import to_training_trace
 from openenv.harbor.models import HarborRolloutResult, turns_from_document
+from support import free_port
 
 HERE = Path(__file__).resolve().parent
 ADMIN = "it-admin-" + secrets.token_hex(8)
 MB = 1024 * 1024
 BODY_CAP_MB = 8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float:

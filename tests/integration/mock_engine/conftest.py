@@ -27,10 +27,9 @@ from mock_engine_support import (  # noqa: E402  # noqa: E402
     SCRIPT_MATCH,
     SERVED,
     START_DEADLINE_S,
-    free_port,
     set_faults,
-    wait_for,
 )
+from support import free_port, wait_until  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -66,11 +65,11 @@ def serve(model_dir: Path, work: Path, **extra_env: str):
         proc = subprocess.Popen([sys.executable, "-m", "mock_engine"], env=env, stdout=fh, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(
+        wait_until(
             lambda: proc.poll() is None and requests.get(f"{base}/health", timeout=2).ok or proc.poll() is not None,
             START_DEADLINE_S,
             "mock engine /health",
-            log,
+            log=log,
         )
         if proc.poll() is not None:
             raise AssertionError(f"mock engine exited with {proc.returncode}:\n{log.read_text()[-3000:]}")

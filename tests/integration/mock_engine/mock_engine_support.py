@@ -3,8 +3,6 @@ sys.path: pytest's importlib mode does not)."""
 
 from __future__ import annotations
 
-import socket
-import time
 from pathlib import Path
 
 import requests
@@ -27,25 +25,6 @@ BASH_TOOL = {  # mini-swe-agent 2.4.6's tool (minisweagent/models/utils/actions_
         },
     },
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, deadline_s: float, what: str, log: Path | None = None, poll_s: float = 0.2):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if predicate():
-                return
-        except Exception:  # noqa: BLE001 -- not up yet
-            pass
-        time.sleep(poll_s)
-    tail = log.read_text()[-3000:] if log and log.exists() else ""
-    raise AssertionError(f"{what} not true within {deadline_s:.0f}s\n{tail}")
 
 
 def set_faults(base: str, **doc) -> dict:

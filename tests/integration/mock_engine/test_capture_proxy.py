@@ -5,7 +5,8 @@ import threading
 
 import pytest
 import requests
-from mock_engine_support import BASH_TOOL, SCRIPT_MATCH, SERVED, free_port, wait_for
+from mock_engine_support import BASH_TOOL, SCRIPT_MATCH, SERVED
+from support import free_port, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,7 @@ def proxy(engine):
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: requests.get(f"{base}/health", timeout=2).ok, 60, "capture proxy /health")
+    wait_until(lambda: requests.get(f"{base}/health", timeout=2).ok, 60, "capture proxy /health")
     yield base, app
     server.should_exit = True
     thread.join(timeout=10)

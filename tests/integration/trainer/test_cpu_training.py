@@ -15,38 +15,17 @@ forking stop rule with a checkpoint and its one line.
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from support import free_ports, wait_healthy
 
 HERE = Path(__file__).parent
 RUN = "cpu-test"
 PROBE = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List the files."}]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url, proc, deadline_s=180):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not healthy within {deadline_s}s")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +38,7 @@ def stack(tmp_path_factory):
     if not (model_dir / "config.json").is_file():
         model_dir = work / "tiny-agent"
         subprocess.run([sys.executable, "-m", "mock_engine.build_model", str(model_dir)], check=True, timeout=300)
-    engine_port, capture_port = free_port(), free_port()
+    engine_port, capture_port = free_ports(2)
     logs = work / "logs"
     logs.mkdir()
     script = work / "script.json"

@@ -10,8 +10,8 @@ import logging
 import numpy as np
 from transformers import TrainerCallback  # noqa: E402
 
-from trainer.bench import attention, harness  # noqa: E402
-from trainer.bench.trajectories import rollout_sample  # noqa: E402
+from benchmarks.trainer_gpu import attention, harness  # noqa: E402
+from benchmarks.trainer_gpu.trajectories import rollout_sample  # noqa: E402
 from trainer.limits import DroppedSampleCounter  # noqa: E402
 
 BUDGET = 256

@@ -13,33 +13,17 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from support import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 SERVICES = REPO / "services"
 PROXY_A, PROXY_B = 18101, 18102
 # Process start-up on a loaded 2-core CI host has been measured at tens of seconds (imports).
 START_DEADLINE_S = 90.0
-
-
-def wait_for(predicate, deadline_s: float, what: str, poll_s: float = 0.1, log: Path | None = None):
-    """Poll `predicate` until it returns a truthy value; fail naming `what` (and the log tail)."""
-    end = time.monotonic() + deadline_s
-    last = None
-    while time.monotonic() < end:
-        try:
-            last = predicate()
-        except Exception as exc:  # noqa: BLE001 -- the condition is simply not true yet
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(poll_s)
-    tail = log.read_text()[-3000:] if log and log.exists() else ""
-    pytest.fail(f"{what} not reached within {deadline_s:g}s (last: {last!r})\n{tail}")
 
 
 class CaptureProxy:
@@ -58,7 +42,7 @@ class CaptureProxy:
 
     def start(self):
         self.thread.start()
-        wait_for(
+        wait_until(
             lambda: httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).json()["instance"] == self.instance,
             START_DEADLINE_S,
             f"capture proxy on :{self.port}",
@@ -93,7 +77,7 @@ class Standin:
             },
             self.log,
         )
-        wait_for(
+        wait_until(
             lambda: self.admin_get("/quicktunnel")["hostname"] == self.url,
             START_DEADLINE_S,
             f"stand-in on :{port}",
@@ -142,5 +126,4 @@ def kit():
         START_DEADLINE_S=START_DEADLINE_S,
         Standin=Standin,
         spawn=spawn,
-        wait_for=wait_for,
     )

@@ -8,6 +8,7 @@ import threading
 
 import httpx
 import pytest
+from support import wait_until
 
 from stack import handoff
 
@@ -49,7 +50,7 @@ class StreamingUpstream:
 def upstream(kit):
     up = StreamingUpstream(UPSTREAM_PORT)
     up.thread.start()
-    kit.wait_for(lambda: up.server.started, kit.START_DEADLINE_S, "streaming upstream")
+    wait_until(lambda: up.server.started, kit.START_DEADLINE_S, "streaming upstream")
     yield up
     up.server.should_exit = True
     up.thread.join(timeout=10)
@@ -107,7 +108,7 @@ def test_logfile_alone_finds_the_quick_tunnel_url(kit, proxies, tmp_path):
     # Metrics unset: the URL can only come from the cloudflared-format banner in the logfile.
     proc, log = run_check(kit, tmp_path, {"TUNNEL_PROVIDER": "cloudflared", "TUNNEL_LOG": str(standin.tunnel_log)})
     try:
-        doc = kit.wait_for(lambda: handoff.lookup(tmp_path / "handoff")[0], kit.START_DEADLINE_S, "published", log=log)
+        doc = wait_until(lambda: handoff.lookup(tmp_path / "handoff")[0], kit.START_DEADLINE_S, "published", log=log)
         assert doc.url == standin.url and doc.instance == proxies[0].instance
     finally:
         proc.terminate()
@@ -118,7 +119,7 @@ def test_logfile_alone_finds_the_quick_tunnel_url(kit, proxies, tmp_path):
 def test_direct_provider_verifies_the_same_way(kit, proxies, tmp_path):
     proc, log = run_check(kit, tmp_path, {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": f"http://127.0.0.1:{kit.PROXY_A}"})
     try:
-        doc = kit.wait_for(lambda: handoff.lookup(tmp_path / "handoff")[0], kit.START_DEADLINE_S, "published", log=log)
+        doc = wait_until(lambda: handoff.lookup(tmp_path / "handoff")[0], kit.START_DEADLINE_S, "published", log=log)
         assert doc.provider == "direct" and doc.instance == proxies[0].instance
     finally:
         proc.terminate()
@@ -128,7 +129,7 @@ def test_direct_provider_verifies_the_same_way(kit, proxies, tmp_path):
 def test_direct_url_pointing_at_another_proxy_is_never_published(kit, proxies, tmp_path):
     proc, log = run_check(kit, tmp_path, {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": f"http://127.0.0.1:{kit.PROXY_B}"})
     try:
-        kit.wait_for(
+        wait_until(
             lambda: "JSON from another proxy instance" in log.read_text(),
             kit.START_DEADLINE_S,
             "rejection logged",

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from support import wait_until
 
 from stack import handoff
 
@@ -63,7 +64,7 @@ def published(story, url):
 
 def wait_published(story, url):
     kit = story["kit"]
-    return kit.wait_for(lambda: published(story, url), kit.START_DEADLINE_S, f"{url} published", log=story["log"])
+    return wait_until(lambda: published(story, url), kit.START_DEADLINE_S, f"{url} published", log=story["log"])
 
 
 def wait_withdrawn(story, since: float):
@@ -71,7 +72,7 @@ def wait_withdrawn(story, since: float):
         raw = handoff.read_raw(story["dir"])
         return raw if raw.get("state") == "withdrawn" and raw.get("withdrawn_at", 0) >= since else None
 
-    raw = story["kit"].wait_for(withdrawn, BOUND_S + SLACK_S, "withdrawal", log=story["log"])
+    raw = wait_until(withdrawn, BOUND_S + SLACK_S, "withdrawal", log=story["log"])
     return raw
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import free_port
 
 from env_server.capture import LoopbackHarborService
 from env_server.rollouts import GatedHarborEnvironment, Inflight
@@ -27,12 +28,6 @@ from stack.endpoints import openai_base
 
 REPO = Path(__file__).resolve().parents[3]
 STARTER = str(REPO / "datasets" / "starter")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Models(BaseHTTPRequestHandler):

@@ -7,12 +7,12 @@ against a port nothing listens on.
 """
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 from env_server.checks import check_trials_dir, probe_engine
 from env_server.settings import ConfigError
@@ -49,14 +49,8 @@ def test_e2b_without_key_names_the_fix():
     assert "set E2B_API_KEY in .env" in line and "SANDBOX=docker" in line
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_engine_is_one_line_and_not_fatal():
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     status = probe_engine(url, "tiny", timeout=2.0)
     assert not status.reachable
     line = status.line()

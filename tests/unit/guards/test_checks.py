@@ -9,6 +9,7 @@ import socket
 import threading
 
 import pytest
+from support import free_port, free_ports
 
 from guards.checks import OPT_OUT_PHRASE, Probes, run_all
 from stack.facts import DEFAULT_PORTS
@@ -44,16 +45,6 @@ def good_env(tmp_path, **over):
         env[name] = str(port)
     env.update(over)
     return env
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def probes_for(tmp_path, mount_text, gpus=2):
@@ -294,7 +285,7 @@ def test_train_script_url(tmp_path, web, path, needle):
 
 
 def test_train_script_unreachable_fails_fast(tmp_path):
-    port = free_ports(1)[0]
+    port = free_port()
     msg = failures(good_env(tmp_path, TRAIN_SCRIPT=f"http://127.0.0.1:{port}/t.py"), probes_for(tmp_path, GCSFUSE))
     assert "cannot be fetched" in msg["train-script"]
 

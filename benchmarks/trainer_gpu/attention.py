@@ -20,6 +20,8 @@ import types
 import torch
 import torch.nn.functional as F
 
+from trainer import varlen_sdpa  # the CPU form's function: one definition for both
+
 
 def flash_attn_varlen_func(
     q,
@@ -56,37 +58,6 @@ def flash_attn_varlen_func(
     return out
 
 
-def cpu_varlen_func(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    softmax_scale=None,
-    causal=True,
-    window_size=(-1, -1),
-    softcap=None,
-    **_,
-):
-    """The same contract on CPU, one segment at a time (dry runs only: the tiny plan has no GPU)."""
-    out = torch.empty_like(q)
-    groups = q.shape[1] // k.shape[1]
-    for s in range(len(cu_seqlens_q) - 1):
-        q0, q1, k0, k1 = (int(x) for x in (cu_seqlens_q[s], cu_seqlens_q[s + 1], cu_seqlens_k[s], cu_seqlens_k[s + 1]))
-        lq, lk = q1 - q0, k1 - k0
-        mask = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)  # bottom-right causal
-        out[q0:q1] = F.scaled_dot_product_attention(
-            q[q0:q1].transpose(0, 1),
-            k[k0:k1].transpose(0, 1).repeat_interleave(groups, 0),
-            v[k0:k1].transpose(0, 1).repeat_interleave(groups, 0),
-            attn_mask=mask,
-            scale=softmax_scale,
-        ).transpose(0, 1)
-    return out
-
-
 def install() -> str:
     """Route TRL's tree attention to PyTorch's FA2 varlen kernel on CUDA (to a per-segment SDPA on CPU)."""
     from trl.experimental.async_grpo import packing
@@ -94,7 +65,7 @@ def install() -> str:
     if torch.cuda.is_available():
         packing._flash_attn = lambda: types.SimpleNamespace(flash_attn_varlen_func=flash_attn_varlen_func)
         return "FlashAttention-2 varlen (torch aten) under TRL tree_attention"
-    packing._flash_attn = lambda: types.SimpleNamespace(flash_attn_varlen_func=cpu_varlen_func)
+    packing._flash_attn = lambda: types.SimpleNamespace(flash_attn_varlen_func=varlen_sdpa.flash_attn_varlen_func)
     return "per-segment SDPA (CPU dry run) under TRL tree_attention"
 
 

@@ -1,4 +1,4 @@
-"""python -m trainer.bench [--plan gpu|tiny] [--out DIR] [--only SECTION,...]
+"""python -m benchmarks.trainer_gpu [--plan gpu|tiny] [--out DIR] [--only SECTION,...]
 
 Sections: sweep (packed length, TRL defaults), variants (checkpointing every-N / off / offload), chunks (log-prob
 head tiles), rollouts (chained vs forked at step limits 4-58), compile and compile-more (regional torch.compile),
@@ -212,7 +212,7 @@ def apply(bench, variant: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.bench", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.trainer_gpu", description=__doc__.split("\n\n")[1])
     p.add_argument("--plan", choices=["gpu", "tiny"], default="gpu" if torch.cuda.is_available() else "tiny")
     p.add_argument("--out", default=os.environ.get("OUT") or ".")
     p.add_argument(
