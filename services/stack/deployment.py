@@ -16,22 +16,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .env import Env, EnvError
+
 COMPOSE = "compose"
 KUBERNETES = "kubernetes"
 DEPLOYMENTS = (COMPOSE, KUBERNETES)
 
-
-class DeploymentError(ValueError):
-    """DEPLOYMENT has a value nobody wrote a contract for. `str(exc)` is the one line to read."""
+# A bad value is the shared readers' one-line refusal; the name says which setting callers catch.
+DeploymentError = EnvError
 
 
 def read(env: Mapping[str, str]) -> str:
-    raw = (env.get("DEPLOYMENT") or "").strip()
-    if not raw:
-        return COMPOSE
-    if raw not in DEPLOYMENTS:
-        raise DeploymentError(
-            f"DEPLOYMENT={raw!r} is unknown: use compose (the default, docker compose) or kubernetes "
-            "(set by the Helm chart in deploy/helm)"
-        )
-    return raw
+    return Env(env).choice(
+        "DEPLOYMENT",
+        COMPOSE,
+        DEPLOYMENTS,
+        fix="use compose (the default, docker compose) or kubernetes (set by the Helm chart in deploy/helm)",
+    )

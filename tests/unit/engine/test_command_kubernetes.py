@@ -25,7 +25,7 @@ def test_compose_still_refuses_a_wide_bind(deployment):
 
 
 def test_an_unknown_deployment_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^DEPLOYMENT='swarm' is unknown: use compose"):
+    with pytest.raises(ConfigError, match=r"^DEPLOYMENT='swarm' is not allowed: use compose"):
         build_command({"MODEL": "m", "TOOL_CALL_PARSER": "hermes", "DEPLOYMENT": "swarm"})
 
 

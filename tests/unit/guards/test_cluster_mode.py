@@ -146,8 +146,8 @@ def test_an_unknown_deployment_is_one_line_and_reads_as_compose(tmp_path):
     env = env_for(tmp_path, DEPLOYMENT="k8s")
     problems = found(env, probes(tmp_path, PVC_NFS))
     assert problems["deployment"] == (
-        "DEPLOYMENT='k8s' is unknown: use compose (the default, docker compose) or kubernetes "
-        "(set by the Helm chart in deploy/helm)"
+        "DEPLOYMENT='k8s' is not allowed: use compose (the default, docker compose) or kubernetes "
+        "(set by the Helm chart in deploy/helm) (default compose)"
     )
     assert "tunnel" in problems  # the stricter mode's checks still ran
 
