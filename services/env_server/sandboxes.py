@@ -23,6 +23,8 @@ import re
 import subprocess
 from typing import Any
 
+from stack import mountinfo
+
 PROJECT_LABEL = "com.docker.compose.project"
 
 
@@ -112,18 +114,13 @@ def stack_name(configured: str, sandbox: str) -> str:
     return "asyncgrpo-harbor"
 
 
-def own_container_id(mountinfo: str | None = None) -> str:
-    """This container's id, from the bind mounts Docker makes of its own files (/etc/hostname...).
-
-    Not the hostname: on `network_mode: host` a container's hostname is the host's."""
-    if mountinfo is None:
-        try:
-            with open("/proc/self/mountinfo") as f:
-                mountinfo = f.read()
-        except OSError:
-            return ""
-    found = re.search(r"/containers/([0-9a-f]{64})/", mountinfo)
-    return found.group(1) if found else ""
+def own_container_id(text: str | None = None) -> str:
+    """This container's id (stack.mountinfo.container_id), from `text` or /proc/self/mountinfo."""
+    try:
+        mounts = mountinfo.parse(text) if text is not None else mountinfo.read()
+    except OSError:
+        return ""
+    return mountinfo.container_id(mounts)
 
 
 def reap(sandbox: str, prefix: str) -> str:

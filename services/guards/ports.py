@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import socket
 import urllib.parse
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ PORT_SERVICES = {
     "CAPTURE_PORT": "env-server",
     "TUNNEL_METRICS_PORT": "tunnel",
 }
-_CONTAINER_ID = re.compile(r"/containers/([0-9a-f]{64})/")
 
 
 @dataclass
@@ -67,12 +65,7 @@ def docker_get(socket_path: str, path: str, timeout_s: float = 5.0):
 
 
 def own_container_id(mountinfo_path: str = mountinfo.MOUNTINFO) -> str | None:
-    for mount in mountinfo.read(mountinfo_path):
-        if mount.mount_point in ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf"):
-            match = _CONTAINER_ID.search(mount.root)
-            if match:
-                return match.group(1)
-    return None
+    return mountinfo.container_id(mountinfo.read(mountinfo_path)) or None
 
 
 def stack_owners(socket_path: str, mountinfo_path: str = mountinfo.MOUNTINFO) -> Owners:

@@ -7,10 +7,16 @@ to check that TRIALS_DIR is bound at its own path.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 MOUNTINFO = "/proc/self/mountinfo"
+# Docker bind-mounts a container's own /etc/hostname, /etc/hosts and /etc/resolv.conf from
+# /var/lib/docker/containers/<id>/: the one place a process sees its container's id. Not the hostname:
+# on `network_mode: host` a container's hostname is the host's.
+_CONTAINER_ID = re.compile(r"/containers/([0-9a-f]{64})/")
+_DOCKER_FILES = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
 
 _NETWORK_FSTYPES = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p", "virtiofs", "afs")
 
@@ -73,3 +79,13 @@ def covering_mount(mounts: list[Mount], path: str) -> Mount | None:
 
 def mount_points(mounts: list[Mount]) -> set[str]:
     return {m.mount_point for m in mounts}
+
+
+def container_id(mounts: list[Mount]) -> str:
+    """This process's Docker container id, or "" outside a Docker container."""
+    for mount in mounts:
+        if mount.mount_point in _DOCKER_FILES:
+            match = _CONTAINER_ID.search(mount.root)
+            if match:
+                return match.group(1)
+    return ""

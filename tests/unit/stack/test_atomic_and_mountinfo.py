@@ -49,3 +49,16 @@ def test_parse_unescapes_and_skips_garbage():
 
 def test_read_the_real_file_of_this_process():
     assert "/" in mountinfo.mount_points(mountinfo.read())
+
+
+def test_container_id_from_dockers_own_bind_mounts():
+    cid = "ab" * 32
+    inside = mountinfo.parse(
+        f"612 600 0:52 /var/lib/docker/containers/{cid}/hostname /etc/hostname rw - ext4 /dev/sda1 rw\n"
+        f"613 600 0:52 /var/lib/docker/containers/{cid}/hosts /etc/hosts rw - ext4 /dev/sda1 rw"
+    )
+    assert mountinfo.container_id(inside) == cid
+    # A bucket folder that happens to live under another container's folder says nothing about us.
+    elsewhere = mountinfo.parse(f"614 600 0:52 /var/lib/docker/containers/{cid}/x /bucket rw - ext4 /dev/sda1 rw")
+    assert mountinfo.container_id(elsewhere) == ""
+    assert mountinfo.container_id(mountinfo.parse("1 0 8:1 / / rw - ext4 /dev/sda1 rw")) == ""
