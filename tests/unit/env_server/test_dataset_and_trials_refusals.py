@@ -1,0 +1,43 @@
+"""env-server's startup refusals for a dataset it cannot serve and a trials folder it cannot write, each its
+exact one line (OpenEnv's own resolver decides what a dataset is)."""
+
+import pytest
+
+from env_server.checks import ConfigError, check_datasets, check_trials_dir
+
+
+def test_a_mistyped_dataset_folder_is_named_as_a_folder(tmp_path):
+    spec = str(tmp_path / "startr")
+    with pytest.raises(ConfigError) as err:
+        check_datasets((spec,))
+    assert str(err.value) == (
+        f"DATASETS entry {spec!r} is not a folder inside env-server: fix DATASETS in .env (default "
+        "/app/datasets/starter) or mount that folder into the env-server container"
+    )
+
+
+def test_a_folder_without_tasks_did_not_resolve(tmp_path):
+    spec = str(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        check_datasets((spec,))
+    # OpenEnv's own words, cut at 200 characters so one line stays one line.
+    openenv = (
+        f"no Harbor tasks found for {spec!r}. Expected an HF dataset repo laid out as `tasks/<name>/`, a local "
+        "directory of task dirs, or a Harbor registry `name@version`."
+    )
+    assert str(err.value) == (
+        f"DATASETS entry {spec!r} did not resolve (ValueError: {openenv[:200]}); fix DATASETS in .env: a local "
+        "folder of Harbor tasks, a Hub dataset id (needs HF_TOKEN for a private one), or a Harbor registry "
+        "name@version"
+    )
+
+
+def test_trials_dir_that_cannot_be_written(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    trials = str(tmp_path / "a-file" / "trials")
+    with pytest.raises(ConfigError) as err:
+        check_trials_dir(trials, containerised=False)
+    assert str(err.value) == (
+        f"TRIALS_DIR={trials} is not writable by env-server (Not a directory); fix the folder's owner on the host "
+        "or point TRIALS_DIR elsewhere"
+    )
