@@ -321,8 +321,27 @@ def test_preflight_command_lists_every_problem(tmp_path):
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "BUCKET_DIR": str(tmp_path / "nope"), "MODEL": ""}
+    # Only what this test sets (not the caller's environment), its own free ports and no GPU or vllm demand, so
+    # the list of problems is known exactly whatever runs on this host.
+    ports = {name: str(port) for name, port in zip(DEFAULT_PORTS, free_ports(4), strict=True)}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "BUCKET_DIR": str(tmp_path / "nope"),
+        "MODEL": "",
+        "REQUIRED_GPUS": "0",
+        "WEIGHT_TRANSFER": "mock",
+        **ports,
+    }
     out = subprocess.run([sys.executable, "-m", "guards"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
     lines = [line for line in out.stderr.splitlines() if line.startswith("  [")]
-    assert len(lines) >= 3 and any("[named]" in line for line in lines)
+    assert [line.split("]")[0][3:] for line in lines] == [
+        "bucket-mount",
+        "bucket-writable",
+        "hf-home",
+        "sandbox",
+        "named",
+        "tunnel",
+    ], out.stderr
+    assert out.stderr.startswith("preflight: 6 problem(s) stop this run before any GPU time is spent:\n")
