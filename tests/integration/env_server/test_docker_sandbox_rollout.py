@@ -325,7 +325,8 @@ def test_rollout_runs_in_a_docker_sandbox_through_the_new_url(stack):
     result = run_rollout(stack)
     assert result.ok, f"rollout failed: {result.error} {result.findings}"
     assert result.rollout_type == "train" and result.capture_level == "tokens"
-    assert result.reward is not None  # the verifier ran (scripted mode usually makes it 1.0)
+    # MOCK_SCRIPT_PROB=1.0: the mock plays the starter task's scripted actions, which solve it; the verifier ran.
+    assert result.reward == 1.0, (result.reward, result.error, result.findings)
     trainable = [t for t in result.turns if t.trainable]
     assert trainable and all(t.prompt_token_ids and t.completion_token_ids for t in trainable)
     assert result.n_trainable_tokens > 0
