@@ -1,6 +1,6 @@
 """The real OpenEnv capture proxy (openenv.core.harness.capture.server.create_app, under our own
 uvicorn on 127.0.0.1, as the env server serves it), the tunnel stand-in and tunnel-check as real
-processes. Ports 18100-18199 belong to this suite.
+processes, each on a port the kernel found free (`free_ports`), so the suite runs beside anything else.
 
 Runs with the host venv (openenv core, no harbor):
     PYTHONPATH=services .venv/bin/python -m pytest tests/integration/tunnel
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +22,22 @@ from support import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 SERVICES = REPO / "services"
-PROXY_A, PROXY_B = 18101, 18102
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct loopback ports free now: all stay bound until every one is picked, so none repeats."""
+    held = [socket.socket() for _ in range(n)]
+    try:
+        for sock in held:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+# The two capture proxies, and an engine port nothing answers on (the proxies are never asked to reach it).
+PROXY_A, PROXY_B, NO_ENGINE = free_ports(3)
 # Process start-up on a loaded 2-core CI host has been measured at tens of seconds (imports).
 START_DEADLINE_S = 90.0
 
@@ -34,7 +50,7 @@ class CaptureProxy:
         from openenv.core.harness.capture.server import create_app
 
         # No engine behind it: /health is all these tests read, and it needs none.
-        self.app = create_app(llm_url="http://127.0.0.1:18199/v1", model="tunnel-test")
+        self.app = create_app(llm_url=f"http://127.0.0.1:{NO_ENGINE}/v1", model="tunnel-test")
         self.instance = self.app.state.instance_id
         self.port = port
         self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
@@ -122,6 +138,7 @@ def kit():
     return types.SimpleNamespace(
         PROXY_A=PROXY_A,
         PROXY_B=PROXY_B,
+        free_ports=free_ports,
         SERVICES=SERVICES,
         START_DEADLINE_S=START_DEADLINE_S,
         Standin=Standin,

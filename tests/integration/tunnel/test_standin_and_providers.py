@@ -12,14 +12,13 @@ from support import wait_until
 
 from stack import handoff
 
-UPSTREAM_PORT = 18120
-
 
 class StreamingUpstream:
     """A plain ASGI server that streams its answer in two parts and holds the second until the test
     says so: if the stand-in buffered the response, the first part could never arrive first."""
 
     def __init__(self, port):
+        self.port = port
         import uvicorn
 
         self.release = threading.Event()
@@ -48,7 +47,7 @@ class StreamingUpstream:
 
 @pytest.fixture(scope="module")
 def upstream(kit):
-    up = StreamingUpstream(UPSTREAM_PORT)
+    up = StreamingUpstream(kit.free_ports(1)[0])
     up.thread.start()
     wait_until(lambda: up.server.started, kit.START_DEADLINE_S, "streaming upstream")
     yield up
@@ -57,7 +56,7 @@ def upstream(kit):
 
 
 def test_streaming_response_passes_through_chunk_by_chunk(kit, upstream, tmp_path):
-    standin = kit.Standin(tmp_path, 18121, 18122, capture_port=UPSTREAM_PORT)
+    standin = kit.Standin(tmp_path, *kit.free_ports(2), capture_port=upstream.port)
     try:
         with httpx.stream("POST", f"{standin.url}/v1/chat/completions", content=b'{"stream":true}', timeout=60) as resp:
             assert resp.status_code == 200
@@ -79,7 +78,11 @@ def test_standin_refuses_to_listen_everywhere(kit, tmp_path):
 
     result = subprocess.run(
         [sys.executable, "-m", "tunnel_standin"],
-        env={"PYTHONPATH": str(kit.SERVICES), "STANDIN_LISTEN_HOST": "0.0.0.0", "TUNNEL_METRICS_PORT": "18123"},
+        env={
+            "PYTHONPATH": str(kit.SERVICES),
+            "STANDIN_LISTEN_HOST": "0.0.0.0",
+            "TUNNEL_METRICS_PORT": str(kit.free_ports(1)[0]),
+        },
         capture_output=True,
         text=True,
         timeout=120,
@@ -104,7 +107,7 @@ def run_check(kit, tmp_path, env):
 
 
 def test_logfile_alone_finds_the_quick_tunnel_url(kit, proxies, tmp_path):
-    standin = kit.Standin(tmp_path, 18124, 18125)
+    standin = kit.Standin(tmp_path, *kit.free_ports(2))
     # Metrics unset: the URL can only come from the cloudflared-format banner in the logfile.
     proc, log = run_check(kit, tmp_path, {"TUNNEL_PROVIDER": "cloudflared", "TUNNEL_LOG": str(standin.tunnel_log)})
     try:

@@ -21,16 +21,16 @@ INTERVAL_S, FAILURES, TIMEOUT_S = 2.0, 2, 1.5
 BOUND_S = INTERVAL_S * FAILURES + TIMEOUT_S  # what tunnel-check prints and promises
 # Polling slack beyond the bound: process scheduling on a shared 2-core host, not the monitor.
 SLACK_S = 6.0
-METRICS_PORT = 18111
 
 
 @pytest.fixture(scope="module")
 def story(proxies, tmp_path_factory, kit):
     tmp = tmp_path_factory.mktemp("tunnel")
-    standin = kit.Standin(tmp, 18110, METRICS_PORT)
+    standin_port, restarted_port, metrics_port = kit.free_ports(3)
+    standin = kit.Standin(tmp, standin_port, metrics_port)
     env = {
         "TUNNEL_PROVIDER": "cloudflared",
-        "TUNNEL_METRICS_PORT": str(METRICS_PORT),
+        "TUNNEL_METRICS_PORT": str(metrics_port),
         "TUNNEL_LOG": str(standin.tunnel_log),
         "CAPTURE_PORT": str(kit.PROXY_A),
         "TUNNEL_CHECK_INTERVAL_S": str(INTERVAL_S),
@@ -41,6 +41,7 @@ def story(proxies, tmp_path_factory, kit):
     log = tmp / "tunnel-check.out"
     checker = kit.spawn("tunnel_check", env, log)
     state = {"standin": standin, "env": env, "dir": tmp / "handoff", "log": log, "proxies": proxies, "kit": kit}
+    state.update(metrics_port=metrics_port, restarted_port=restarted_port)
     yield state
     checker.terminate()
     checker.wait(timeout=15)
@@ -89,7 +90,7 @@ def test_verified_url_is_published_with_this_proxys_instance(story):
 
 def tunnel_ready(story) -> int:
     """The tunnel service's own healthcheck (stand-in form of `cloudflared tunnel ... ready`)."""
-    env = {"PYTHONPATH": str(story["kit"].SERVICES), "TUNNEL_METRICS_PORT": str(METRICS_PORT)}
+    env = {"PYTHONPATH": str(story["kit"].SERVICES), "TUNNEL_METRICS_PORT": str(story["metrics_port"])}
     return subprocess.run(
         [sys.executable, "-m", "tunnel_standin.ready"], env=env, capture_output=True, timeout=60
     ).returncode
@@ -150,7 +151,9 @@ def test_killed_forwarder_is_withdrawn_within_the_bound_and_a_new_url_is_publish
     assert healthcheck(story).returncode == 1
 
     # cloudflared restarted: same metrics port, a NEW public URL.
-    story["standin"] = new = story["kit"].Standin(old.tunnel_log.parent, 18112, METRICS_PORT, name="standin-restarted")
+    story["standin"] = new = story["kit"].Standin(
+        old.tunnel_log.parent, story["restarted_port"], story["metrics_port"], name="standin-restarted"
+    )
     assert new.url != old.url
     doc = wait_published(story, new.url)
     assert doc.instance == story["proxies"][0].instance
