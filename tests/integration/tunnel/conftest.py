@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,22 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import wait_until
+from support import free_ports, wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 SERVICES = REPO / "services"
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct loopback ports free now: all stay bound until every one is picked, so none repeats."""
-    held = [socket.socket() for _ in range(n)]
-    try:
-        for sock in held:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
 
 
 # The two capture proxies, and an engine port nothing answers on (the proxies are never asked to reach it).
