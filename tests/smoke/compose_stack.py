@@ -34,6 +34,8 @@ class Stack:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _events_proc: subprocess.Popen | None = None
+    # The compose project this driver owns; the fault suite (tests/faults) runs its own.
+    project: str = PROJECT
 
     def compose(self, *args: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
         base = [
@@ -42,7 +44,7 @@ class Stack:
             "--project-directory",
             str(ROOT),
             "-p",
-            PROJECT,
+            self.project,
             "-f",
             str(ROOT / "compose.yaml"),
             "-f",
@@ -62,7 +64,7 @@ class Stack:
                 "--format",
                 "{{json .}}",
                 "--filter",
-                f"label=com.docker.compose.project={PROJECT}",
+                f"label=com.docker.compose.project={self.project}",
                 "--filter",
                 "type=container",
             ],
@@ -93,7 +95,7 @@ class Stack:
                 total = sum(
                     _bytes(line.split()[1])
                     for line in out.stdout.splitlines()
-                    if line.startswith(PROJECT) and len(line.split()) > 1
+                    if line.startswith(self.project) and len(line.split()) > 1
                 )
                 self.peak_mem_bytes = max(self.peak_mem_bytes, total)
 

@@ -1,0 +1,257 @@
+"""The fault suite: the CPU form under `docker compose`, hurt the way a night of training hurts it, asserting
+with figures that it heals or says why, and that no training step is lost that need not be.
+
+One stack for the whole suite (its own compose project and ports, only its own containers), driven by the
+smoke test's driver (tests/smoke/stack.py). The tests run in order on that one stack and one run:
+
+    up -> step 1 -> tunnel-check crash healed by compose; `docker kill` of it healed by `up -d`
+         -> env-server `docker kill` + `docker compose up -d env-server` (preflight re-runs with the
+            rest of the stack up; the trainer waits meanwhile and says why)
+         -> SIGTERM of the trainer: checkpoint, "stopped", resumes at the next step (0 lost)
+         -> `kill -9` of the trainer: at most SAVE_STEPS lost -> retention keeps SAVE_TOTAL_LIMIT
+
+Real here: Docker Compose, every image, OpenEnv's capture proxy, Harbor docker sandboxes, tunnel-check,
+TRL's trainer. Stand-ins as in the smoke test (mock engine, tunnel stand-in, a folder for the bucket).
+Waits are on observable state, never sleeps; each test prints its figures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from stack import ROOT, Stack, clean_env, run
+
+PROJECT = "asyncgrpo-faults"
+# Its own ports, away from the smoke test's and the defaults, so it can run next to either.
+PORTS = {"ENGINE_PORT": 18801, "ENV_SERVER_PORT": 18800, "CAPTURE_PORT": 18900, "TUNNEL_METRICS_PORT": 18941}
+SAVE_STEPS = 3
+SAVE_TOTAL_LIMIT = 2
+UP_TIMEOUT_S = 30 * 60
+STEP_TIMEOUT_S = 15 * 60
+STEP_LINE = re.compile(r"^trainer-\d+\s+\|\s+step (\d+)/\d+ ", re.M)
+
+
+@pytest.fixture(scope="module")
+def stack():
+    run_dir = ROOT / ".run" / "faults"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    bucket = run_dir / "bucket"
+    trials = Path("/tmp") / f"{PROJECT}-trials"
+    shutil.rmtree(trials, ignore_errors=True)
+    bucket.mkdir(parents=True)
+    trials.mkdir(parents=True)
+    run_name = f"faults-{secrets.token_hex(3)}"
+    env_file = run_dir / "faults.env"
+    values = {
+        **{k: str(v) for k, v in PORTS.items()},
+        "CPU_BUCKET_PATH": str(bucket),
+        "CPU_TRIALS_DIR": str(trials),
+        # More steps than the suite will train: it stops the run itself.
+        "CPU_MAX_STEPS": "50",
+        "CPU_SAVE_STEPS": str(SAVE_STEPS),
+        "CPU_SAVE_TOTAL_LIMIT": str(SAVE_TOTAL_LIMIT),
+        "RUN_NAME": run_name,
+        # A short withdraw bound, so the healing figures are about the stack, not the defaults.
+        "TUNNEL_CHECK_INTERVAL_S": "3",
+        "TUNNEL_CHECK_TIMEOUT_S": "2",
+    }
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    s = Stack(env_file=env_file, env=clean_env(), project=PROJECT)
+    s.bucket, s.trials, s.run_dir = bucket, trials, bucket / "checkpoints" / run_name
+    s.figures = {}
+    s.compose("down", "-v", "--remove-orphans", check=False)
+    s.start_recording()
+    s.t_up = time.time()
+    try:
+        yield s
+    finally:
+        s.stop_recording()
+        s.compose("down", "-v", "--remove-orphans", "--timeout", "60", check=False)
+        print("\nfaults: " + "; ".join(f"{k} {v}" for k, v in s.figures.items()))
+        print(f"faults: suite wall time {time.time() - s.t_up:.0f} s")
+
+
+@pytest.fixture(autouse=True)
+def _diagnose_on_failure(request, stack):
+    yield
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+        print(stack.diagnostics())
+
+
+# --- what the stack says ---------------------------------------------------------------------------------
+def status(stack) -> dict:
+    try:
+        return json.loads((stack.run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def trainer_log(stack) -> str:
+    return stack.compose("logs", "--no-color", "trainer", check=False).stdout
+
+
+def steps_logged(stack) -> list[int]:
+    return [int(n) for n in STEP_LINE.findall(trainer_log(stack))]
+
+
+def checkpoints(stack) -> list[int]:
+    """Complete checkpoints (trainer_state.json is written last), by step."""
+    return sorted(
+        int(p.name.split("-")[1]) for p in stack.run_dir.glob("checkpoint-*") if (p / "trainer_state.json").is_file()
+    )
+
+
+def wait_for_step(stack, step: int, since: int = 0) -> int:
+    """Wait until the trainer logged optimizer step >= `step` among its lines after the first `since`."""
+    return stack.wait_for(
+        f"trainer step {step}",
+        lambda: max([n for n in steps_logged(stack)[since:] if n >= step], default=None),
+        STEP_TIMEOUT_S,
+        poll_s=3,
+    )
+
+
+def handoff(stack) -> dict:
+    out = stack.compose("exec", "-T", "tunnel-check", "cat", "/handoff/capture_url.json", check=False)
+    try:
+        return json.loads(out.stdout)
+    except ValueError:
+        return {}
+
+
+def published_lines(stack) -> int:
+    return stack.compose("logs", "--no-color", "tunnel-check", check=False).stdout.count("HEALTHY: published")
+
+
+# --- the suite --------------------------------------------------------------------------------------------
+def test_the_stack_comes_up_and_trains(stack):
+    try:
+        stack.compose("up", "-d", timeout=UP_TIMEOUT_S)
+        wait_for_step(stack, 1)
+    except BaseException:
+        print(stack.diagnostics())
+        raise
+    stack.figures["up -> step 1"] = f"{time.time() - stack.t_up:.0f} s"
+
+
+def test_a_crashed_tunnel_check_is_restarted_by_compose_and_verifies_again(stack):
+    """A crash (here: SIGKILL of its process from inside, as the kernel's OOM killer does) is healed by
+    the restart policy alone, and the URL is verified again."""
+    before = published_lines(stack)
+    cid = stack.container("tunnel-check")["ID"]
+    t0 = time.time()
+    # PID 1 is the init (compose `init: true`); the monitor is its child.
+    run(
+        [
+            "docker",
+            "exec",
+            cid,
+            "python",
+            "-c",
+            "import os, signal\n"
+            "for pid in os.listdir('/proc'):\n"
+            "    if pid.isdigit() and int(pid) not in (1, os.getpid()):\n"
+            "        if b'tunnel_check' in open(f'/proc/{pid}/cmdline', 'rb').read(): os.kill(int(pid), signal.SIGKILL)",
+        ],
+        check=False,
+    )
+    stack.wait_for("tunnel-check to publish again", lambda: published_lines(stack) > before, 180, poll_s=1)
+    healed = time.time() - t0
+    restarts = json.loads(run(["docker", "inspect", cid]).stdout)[0]["RestartCount"]
+    assert restarts >= 1
+    assert handoff(stack)["state"] == "verified"
+    stack.figures["tunnel-check crash -> URL verified again"] = f"{healed:.1f} s (restarts {restarts})"
+
+
+def test_docker_kill_of_tunnel_check_is_healed_by_up(stack):
+    """`docker kill` is operator intent to Docker: it disables the restart policy until the next start
+    (documented in docker-kill(1)), so `docker compose up -d tunnel-check` is what brings it back; that
+    re-runs preflight in the running stack, which must not count the stack's own ports as taken."""
+    before = published_lines(stack)
+    stack.compose("kill", "tunnel-check")
+    t0 = time.time()
+    stack.wait_for("tunnel-check to be down", lambda: stack.state("tunnel-check")[0] == "exited", 30, poll_s=1)
+    stack.compose("up", "-d", "tunnel-check", timeout=600)
+    stack.wait_for("tunnel-check to publish again", lambda: published_lines(stack) > before, 180, poll_s=1)
+    assert stack.state("preflight") == ("exited", 0)
+    stack.figures["docker kill tunnel-check + up -d -> URL verified again"] = f"{time.time() - t0:.1f} s"
+
+
+def test_env_server_killed_then_up_comes_back_and_the_trainer_waits_meanwhile(stack):
+    step_before = max(steps_logged(stack))
+    stack.compose("kill", "env-server")
+    t0 = time.time()
+    waiting = stack.wait_for(
+        "the trainer to say it waits for rollouts",
+        lambda: status(stack) if status(stack).get("state") == "waiting-for-rollouts" else None,
+        180,
+        poll_s=1,
+    )
+    assert "env server" in waiting["reason"], waiting
+    stack.compose("up", "-d", "env-server", timeout=600)
+    preflight_log = stack.compose("logs", "--no-color", "preflight", check=False).stdout
+    assert stack.state("preflight") == ("exited", 0), preflight_log
+    assert f"port {PORTS['ENGINE_PORT']} (ENGINE_PORT) is held by this stack's running engine" in preflight_log
+    stack.wait_for("env-server healthy", lambda: stack.health("env-server") == "healthy", 300)
+    back = time.time() - t0
+    # Rollouts work again: the trainer, which never died, trains a further step.
+    assert stack.state("trainer")[0] == "running"
+    wait_for_step(stack, step_before + 1)
+    stack.figures["env-server docker kill + up -d -> healthy"] = f"{back:.0f} s"
+    stack.figures["trainer waiting reason"] = repr(waiting["reason"][:100])
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_loses_no_step(stack):
+    t0 = time.time()
+    stack.compose("stop", "trainer", timeout=600)  # SIGTERM, then the stop_grace_period
+    stopped_in = time.time() - t0
+    assert stack.state("trainer") == ("exited", 0), trainer_log(stack)[-3000:]
+    st = status(stack)
+    last_logged = max(steps_logged(stack))
+    saved = checkpoints(stack)[-1]
+    assert st["state"] == "stopped" and st["last_checkpoint"] == f"checkpoint-{saved}", st
+    lost = last_logged - saved
+    assert lost == 0, f"logged step {last_logged}, latest checkpoint {saved}"
+    lines_before = len(steps_logged(stack))
+    stack.compose("up", "-d", "trainer", timeout=600)  # re-runs preflight with the rest of the stack up
+    first = wait_for_step(stack, 1, since=lines_before)
+    log = trainer_log(stack)
+    assert f"(resuming from checkpoint-{saved})" in log
+    assert steps_logged(stack)[lines_before] == saved + 1, steps_logged(stack)
+    stack.figures["SIGTERM"] = (
+        f"stopped in {stopped_in:.0f} s at step {last_logged}, checkpoint-{saved} "
+        f"({'periodic' if saved % SAVE_STEPS == 0 else 'saved by the SIGTERM handler'}), "
+        f"resumed at step {first}, {lost} steps lost"
+    )
+
+
+def test_kill_9_loses_at_most_save_steps(stack):
+    have = max(steps_logged(stack))
+    wait_for_step(stack, have + 1, since=0)
+    stack.compose("kill", "trainer")  # SIGKILL: no handler runs
+    stack.wait_for("trainer to be dead", lambda: stack.state("trainer")[0] == "exited", 60, poll_s=1)
+    last_logged = max(steps_logged(stack))
+    saved = checkpoints(stack)[-1]
+    assert last_logged - saved <= SAVE_STEPS, (last_logged, checkpoints(stack))
+    lines_before = len(steps_logged(stack))
+    stack.compose("up", "-d", "trainer", timeout=600)
+    wait_for_step(stack, 1, since=lines_before)
+    assert steps_logged(stack)[lines_before] == saved + 1
+    stack.figures["kill -9"] = f"at step {last_logged}, resumed from checkpoint-{saved}: {last_logged - saved} lost"
+
+
+def test_retention_keeps_exactly_save_total_limit_checkpoints(stack):
+    # Enough saves that retention must have deleted one: two periodic saves past the first.
+    target = (checkpoints(stack)[-1] // SAVE_STEPS + 2) * SAVE_STEPS
+    wait_for_step(stack, target)
+    stack.wait_for("the checkpoint to be complete", lambda: checkpoints(stack)[-1] >= target, 120, poll_s=2)
+    kept = checkpoints(stack)
+    assert len(kept) == SAVE_TOTAL_LIMIT, kept
+    stack.figures["retention"] = f"kept {kept} of the saves up to step {target} (SAVE_TOTAL_LIMIT={SAVE_TOTAL_LIMIT})"
