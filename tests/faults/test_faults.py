@@ -126,6 +126,19 @@ def handoff(stack) -> dict:
         return {}
 
 
+def sandboxes(stack) -> set[str]:
+    """Running Harbor sandboxes of this stack: containers outside the compose project that bind a folder
+    under this stack's trials dir (Harbor's docker environment mounts each trial's folders)."""
+    ids = run(["docker", "ps", "-q"], check=False).stdout.split()
+    info = json.loads(run(["docker", "inspect", *ids], check=False).stdout or "[]") if ids else []
+    return {
+        c["Id"][:12]
+        for c in info
+        if (c["Config"].get("Labels") or {}).get("com.docker.compose.project") != PROJECT
+        and any(str(m.get("Source", "")).startswith(str(stack.trials)) for m in c.get("Mounts", []))
+    }
+
+
 def published_lines(stack) -> int:
     return stack.compose("logs", "--no-color", "tunnel-check", check=False).stdout.count("HEALTHY: published")
 
@@ -186,6 +199,8 @@ def test_docker_kill_of_tunnel_check_is_healed_by_up(stack):
 
 def test_env_server_killed_then_up_comes_back_and_the_trainer_waits_meanwhile(stack):
     step_before = max(steps_logged(stack))
+    # Mid-rollout: at least one sandbox is running when the env server dies.
+    stack.sandboxes_at_kill = stack.wait_for("a sandbox in flight", lambda: sandboxes(stack), 300, poll_s=1)
     stack.compose("kill", "env-server")
     t0 = time.time()
     waiting = stack.wait_for(
