@@ -66,6 +66,7 @@ def stack():
     s = Stack(env_file=env_file, env=clean_env(), project=PROJECT)
     s.bucket, s.trials, s.run_dir = bucket, trials, bucket / "checkpoints" / run_name
     s.figures = {}
+    s.saves = set()  # every checkpoint step seen complete in this run
     s.compose("down", "-v", "--remove-orphans", check=False)
     s.start_recording()
     s.t_up = time.time()
@@ -236,6 +237,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_loses_no_step(stack):
     st = status(stack)
     last_logged = max(steps_logged(stack))
     saved = checkpoints(stack)[-1]
+    stack.saves.update(checkpoints(stack))
     assert st["state"] == "stopped" and st["last_checkpoint"] == f"checkpoint-{saved}", st
     lost = last_logged - saved
     assert lost == 0, f"logged step {last_logged}, latest checkpoint {saved}"
@@ -259,6 +261,7 @@ def test_kill_9_loses_at_most_save_steps(stack):
     stack.wait_for("trainer to be dead", lambda: stack.state("trainer")[0] == "exited", 60, poll_s=1)
     last_logged = max(steps_logged(stack))
     saved = checkpoints(stack)[-1]
+    stack.saves.update(checkpoints(stack))
     assert last_logged - saved <= SAVE_STEPS, (last_logged, checkpoints(stack))
     lines_before = len(steps_logged(stack))
     stack.compose("up", "-d", "trainer", timeout=600)
@@ -268,10 +271,16 @@ def test_kill_9_loses_at_most_save_steps(stack):
 
 
 def test_retention_keeps_exactly_save_total_limit_checkpoints(stack):
-    # Enough saves that retention must have deleted one: two periodic saves past the first.
-    target = (checkpoints(stack)[-1] // SAVE_STEPS + 2) * SAVE_STEPS
+    # Saves so far (SIGTERM's and the periodic ones seen); wait for enough more that retention must have
+    # deleted at least one: SAVE_TOTAL_LIMIT + 1 distinct saves in this run.
+    stack.saves.update(checkpoints(stack))
+    last = max(stack.saves)
+    more = max(1, SAVE_TOTAL_LIMIT + 1 - len(stack.saves))
+    target = (last // SAVE_STEPS + more) * SAVE_STEPS
     wait_for_step(stack, target)
     stack.wait_for("the checkpoint to be complete", lambda: checkpoints(stack)[-1] >= target, 120, poll_s=2)
     kept = checkpoints(stack)
-    assert len(kept) == SAVE_TOTAL_LIMIT, kept
-    stack.figures["retention"] = f"kept {kept} of the saves up to step {target} (SAVE_TOTAL_LIMIT={SAVE_TOTAL_LIMIT})"
+    stack.saves.update(kept)
+    assert len(stack.saves) > SAVE_TOTAL_LIMIT, stack.saves
+    assert kept == sorted(stack.saves)[-SAVE_TOTAL_LIMIT:], (kept, sorted(stack.saves))
+    stack.figures["retention"] = f"kept {kept} of saves {sorted(stack.saves)} (SAVE_TOTAL_LIMIT={SAVE_TOTAL_LIMIT})"
