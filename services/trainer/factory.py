@@ -16,6 +16,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from openenv.core.harness import ResourceSessionFactory
 from openenv.harbor.client import HarborEnv
 from openenv.harbor.models import HarborRolloutResult
@@ -84,16 +85,31 @@ class EnvServerRunner:
         """One rollout; while the env server refuses to start it, or cannot be reached, wait and retry."""
         backoff = Backoff(self.status_path)
         while True:
+            # Asked first, over plain HTTP: with the env server gone, OpenEnv's client fails inside its own
+            # cleanup (measured: httpx.ConnectError, then "TypeError: object NoneType can't be used in
+            # 'await' expression"), which would make every rollout an instant unscorable one.
+            down = self._unreachable()
+            if down:
+                backoff.wait(f"env server {self.env_server_url} unreachable ({down}); is env-server up?")
+                continue
             try:
                 result = self._run_once(ref, sampling)
-            except ConnectionError as exc:  # OpenEnv's client could not open its websocket: nothing started
-                backoff.wait(f"env server {self.env_server_url} unreachable ({exc}); is env-server up?")
+            except (ConnectionError, httpx.TransportError) as exc:  # nothing started
+                backoff.wait(f"env server {self.env_server_url} unreachable ({type(exc).__name__}: {exc})")
                 continue
             if is_refusal(result):
                 backoff.wait(f"env server refused: {result.error}")
                 continue
             backoff.done()
             return result
+
+    def _unreachable(self) -> str:
+        """'' when something answers HTTP at the env server's address (any status), else why not."""
+        try:
+            httpx.get(f"{self.env_server_url}/health", timeout=10.0)
+        except httpx.TransportError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return ""
 
     def _run_once(self, ref: TaskRef, sampling: dict | None) -> HarborRolloutResult:
         with HarborEnv(base_url=self.env_server_url, message_timeout_s=self.agent_timeout_s + SETUP_MARGIN_S) as env:

@@ -75,6 +75,13 @@ def stack():
     finally:
         s.stop_recording()
         s.compose("down", "-v", "--remove-orphans", "--timeout", "60", check=False)
+        # Sandboxes a killed env server left behind (until it reaps them itself at start), and their networks.
+        orphans = sandboxes(s)
+        if orphans:
+            run(["docker", "rm", "-f", *orphans], check=False)
+        nets = run(["docker", "network", "ls", "-q", "--filter", f"name={PROJECT}--"], check=False).stdout.split()
+        if nets:
+            run(["docker", "network", "rm", *nets], check=False)
         print("\nfaults: " + "; ".join(f"{k} {v}" for k, v in s.figures.items()))
         print(f"faults: suite wall time {time.time() - s.t_up:.0f} s")
 

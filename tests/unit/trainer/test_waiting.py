@@ -31,7 +31,8 @@ class Clock:
         return self.now
 
 
-def runner(tmp_path, answers, monkeypatch, clock):
+def runner(tmp_path, answers, monkeypatch, clock, reachability=None):
+    reachability = list(reachability or [])
     status = tmp_path / "status.json"
     status.write_text(json.dumps({"state": "training", "step": 3}))
     r = EnvServerRunner("http://127.0.0.1:1", "mini-swe-agent", "docker", "http://e/v1", "m", 4, 60.0, "", str(status))
@@ -46,6 +47,7 @@ def runner(tmp_path, answers, monkeypatch, clock):
         return answer
 
     monkeypatch.setattr(EnvServerRunner, "_run_once", once)
+    monkeypatch.setattr(EnvServerRunner, "_unreachable", lambda self: reachability.pop(0) if reachability else "")
     real = waiting.Backoff.__init__
 
     def init(self, status_path=""):
@@ -64,7 +66,9 @@ def test_refusals_and_an_unreachable_server_are_waited_out_with_the_reason_in_st
     assert clock.slept == [2.0, 4.0, 8.0, 16.0]  # doubling from 2 s (capped at 30 s)
     # The second attempt saw the first refusal recorded; the third the unreachable server.
     assert calls[1]["state"] == "waiting-for-rollouts" and "rollout not started" in calls[1]["reason"]
-    assert calls[2]["reason"].startswith("env server http://127.0.0.1:1 unreachable (Failed to connect")
+    assert calls[2]["reason"].startswith(
+        "env server http://127.0.0.1:1 unreachable (ConnectionError: Failed to connect"
+    )
     assert calls[4]["waiting_since_s"] == 14.0
     doc = json.loads(status.read_text())
     assert (doc["state"], doc["reason"], doc["step"]) == ("training", None, 3)
@@ -87,3 +91,24 @@ def test_the_backoff_is_capped_and_never_overwrites_an_ended_run(tmp_path):
         b.wait("refused")
     assert clock.slept == [2, 4, 8, 16, 30, 30, 30]
     assert json.loads(status.read_text()) == {"state": "stopped"}
+
+
+def test_an_env_server_that_does_not_answer_http_is_waited_for_before_any_rollout(tmp_path, monkeypatch):
+    clock = Clock()
+    r, status, calls = runner(
+        tmp_path, [GOOD], monkeypatch, clock, reachability=["ConnectError: All connection attempts failed", ""]
+    )
+    assert r.run(TaskRef("s", 0), None, "e1") is GOOD
+    assert clock.slept == [2.0] and len(calls) == 1  # no rollout was attempted while it was down
+    assert calls[0]["state"] == "waiting-for-rollouts"
+    assert "unreachable (ConnectError: All connection attempts failed)" in calls[0]["reason"]
+
+
+def test_unreachable_is_measured_over_http(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once closed
+    r = EnvServerRunner(f"http://127.0.0.1:{port}", "h", "docker", "http://e/v1", "m", 4, 60.0)
+    assert r._unreachable().startswith("ConnectError")
