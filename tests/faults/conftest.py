@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-# The compose driver is the smoke test's (tests/smoke/stack.py), reused, not copied; importlib mode
+# The compose driver is the smoke test's (tests/smoke/compose_stack.py), reused, not copied; importlib mode
 # does not put either folder on the path.
 sys.path.insert(0, str(Path(__file__).parents[1] / "smoke"))
 

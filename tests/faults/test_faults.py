@@ -2,7 +2,7 @@
 with figures that it heals or says why, and that no training step is lost that need not be.
 
 One stack for the whole suite (its own compose project and ports, only its own containers), driven by the
-smoke test's driver (tests/smoke/stack.py). The tests run in order on that one stack and one run:
+smoke test's driver (tests/smoke/compose_stack.py). The tests run in order on that one stack and one run:
 
     up -> step 1 -> tunnel-check crash healed by compose; `docker kill` of it healed by `up -d`
          -> env-server `docker kill` + `docker compose up -d env-server` (preflight re-runs with the
@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from stack import ROOT, Stack, clean_env, run
+from compose_stack import ROOT, Stack, clean_env, run
 
 PROJECT = "asyncgrpo-faults"
 # Its own ports, away from the smoke test's and the defaults, so it can run next to either.
