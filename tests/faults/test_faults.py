@@ -235,6 +235,17 @@ def test_env_server_killed_then_up_comes_back_and_the_trainer_waits_meanwhile(st
     stack.figures["trainer waiting reason"] = repr(waiting["reason"][:100])
 
 
+def test_sandboxes_of_the_killed_env_server_are_gone_once_it_is_back(stack):
+    """`kill -9` of the env server mid-rollout orphans its sandboxes (docker here, billing E2B ones in
+    production); the env server reaps its own earlier sandboxes when it starts again."""
+    assert stack.sandboxes_at_kill, "no sandbox was in flight at the kill"
+    deadline = time.monotonic() + 120
+    while (still := stack.sandboxes_at_kill & sandboxes(stack)) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not still, f"sandboxes of the killed env server still running: {sorted(still)}"
+    stack.figures["env-server kill -9 mid-rollout"] = f"{len(stack.sandboxes_at_kill)} sandbox(es) in flight, 0 left"
+
+
 def test_sigterm_saves_a_checkpoint_and_resume_loses_no_step(stack):
     t0 = time.time()
     stack.compose("stop", "trainer", timeout=600)  # SIGTERM, then the stop_grace_period
