@@ -162,107 +162,6 @@ def test_the_stack_comes_up_and_trains(stack):
     stack.figures["up -> step 1"] = f"{time.time() - stack.t_up:.0f} s"
 
 
-# --- the public surface (branch i13's front layer on the capture port) --------------------------------
-CAPTURE = f"http://127.0.0.1:{PORTS['CAPTURE_PORT']}"
-FIND_PID = (
-    "import os\n"
-    "for pid in os.listdir('/proc'):\n"
-    "    if pid.isdigit() and int(pid) not in (1, os.getpid()):\n"
-    "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
-    "        if b'env_server' in cmd and b'healthcheck' not in cmd:\n"
-    "            print([l for l in open(f'/proc/{pid}/status') if l.startswith('VmRSS')][0].split()[1]); break\n"
-)
-
-
-def env_server_rss_mb(stack) -> float:
-    cid = stack.container("env-server")["ID"]
-    return int(run(["docker", "exec", cid, "python", "-c", FIND_PID]).stdout.strip()) / 1024
-
-
-def test_unknown_routes_are_404(stack):
-    import httpx
-
-    codes = {
-        path: httpx.get(CAPTURE + path, timeout=10).status_code
-        for path in ("/docs", "/openapi.json", "/v1/models", "/x")
-    }
-    assert set(codes.values()) == {404}, codes
-    stack.figures["unknown routes"] = str(codes)
-
-
-def test_an_80_mb_unauthenticated_body_is_refused_without_growing_the_env_server(stack):
-    import http.client
-
-    before = env_server_rss_mb(stack)
-    conn = http.client.HTTPConnection("127.0.0.1", PORTS["CAPTURE_PORT"], timeout=60)
-    body = b"x" * (80 * 2**20)
-    t0 = time.time()
-    try:
-        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
-        status = conn.getresponse().status
-    except (BrokenPipeError, ConnectionResetError):
-        status = "closed"  # refused before the body was read: the server closed the socket
-    finally:
-        conn.close()
-    took = time.time() - t0
-    growth = env_server_rss_mb(stack) - before
-    assert status in (401, 413, "closed"), status
-    assert growth < 20, f"env-server RSS grew {growth:.1f} MB"
-    stack.figures["80 MB unauthenticated POST"] = (
-        f"{status} in {took:.2f} s, env-server RSS {before:.0f} MB -> +{growth:.1f} MB"
-    )
-
-
-def test_200_concurrent_unauthenticated_requests_leave_rollouts_working(stack):
-    from concurrent.futures import ThreadPoolExecutor
-
-    import httpx
-
-    def hit(_):
-        try:
-            return httpx.post(CAPTURE + "/v1/chat/completions", json={"messages": []}, timeout=30).status_code
-        except httpx.HTTPError as exc:
-            return type(exc).__name__
-
-    have = max(steps_logged(stack))
-    t0 = time.time()
-    with ThreadPoolExecutor(200) as pool:
-        codes = list(pool.map(hit, range(200)))
-    took = time.time() - t0
-    assert all(c in (401, 429) for c in codes), sorted(set(map(str, codes)))
-    wait_for_step(stack, have + 1)
-    stack.figures["200 concurrent unauthenticated"] = f"{dict(Counter(codes))} in {took:.1f} s; training went on"
-
-
-POISON = (
-    "import json, os, urllib.request\n"
-    "env = {}\n"
-    "for pid in os.listdir('/proc'):\n"
-    "    try: env = dict(l.split('=', 1) for l in open(f'/proc/{pid}/environ').read().split('\\0') if '=' in l)\n"
-    "    except Exception: continue\n"
-    "    if env.get('OPENAI_API_BASE') and env.get('OPENAI_API_KEY'): break\n"
-    "body = {'model': 'x', 'messages': [{'role': 'user', 'content': 'hi'}], 'temperature': 0.0,\n"
-    "        'logprobs': False, 'extra_body': {'guided_regex': '('}, 'poison_field': 'x' * 100}\n"
-    "req = urllib.request.Request(env['OPENAI_API_BASE'].rstrip('/') + '/chat/completions', json.dumps(body).encode(),\n"
-    "    {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + env['OPENAI_API_KEY']})\n"
-    "try: print(urllib.request.urlopen(req, timeout=30).status)\n"
-    "except Exception as exc: print(getattr(exc, 'code', type(exc).__name__))\n"
-)
-
-
-def test_a_poisoned_request_from_inside_a_sandbox_leaves_the_run_training(stack):
-    """Model-written code holds the session key: it sends fields and sampling of its own through the
-    capture port. That rollout may be lost; the run must go on training."""
-    box = stack.wait_for("a sandbox with an agent running", lambda: sandboxes(stack), 300, poll_s=1)
-    answer = run(["docker", "exec", sorted(box)[0], "python3", "-c", POISON], check=False)
-    have = max(steps_logged(stack))
-    wait_for_step(stack, have + 2)
-    assert stack.state("trainer")[0] == "running" and status(stack).get("state") != "failed"
-    stack.figures["poisoned request from a sandbox"] = (
-        f"answered {answer.stdout.strip() or answer.stderr.strip()[-80:]}; 2 more steps trained"
-    )
-
-
 def test_a_crashed_tunnel_check_is_restarted_by_compose_and_verifies_again(stack):
     """A crash (here: SIGKILL of its process from inside, as the kernel's OOM killer does) is healed by
     the restart policy alone, and the URL is verified again."""
@@ -403,3 +302,104 @@ def test_retention_keeps_exactly_save_total_limit_checkpoints(stack):
     assert len(stack.saves) > SAVE_TOTAL_LIMIT, stack.saves
     assert kept == sorted(stack.saves)[-SAVE_TOTAL_LIMIT:], (kept, sorted(stack.saves))
     stack.figures["retention"] = f"kept {kept} of saves {sorted(stack.saves)} (SAVE_TOTAL_LIMIT={SAVE_TOTAL_LIMIT})"
+
+
+# --- the public surface (the front layer on the capture port), last: the run is still training -----
+CAPTURE = f"http://127.0.0.1:{PORTS['CAPTURE_PORT']}"
+FIND_PID = (
+    "import os\n"
+    "for pid in os.listdir('/proc'):\n"
+    "    if pid.isdigit() and int(pid) not in (1, os.getpid()):\n"
+    "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+    "        if b'env_server' in cmd and b'healthcheck' not in cmd:\n"
+    "            print([l for l in open(f'/proc/{pid}/status') if l.startswith('VmRSS')][0].split()[1]); break\n"
+)
+
+
+def env_server_rss_mb(stack) -> float:
+    cid = stack.container("env-server")["ID"]
+    return int(run(["docker", "exec", cid, "python", "-c", FIND_PID]).stdout.strip()) / 1024
+
+
+def test_unknown_routes_are_404(stack):
+    import httpx
+
+    codes = {
+        path: httpx.get(CAPTURE + path, timeout=10).status_code
+        for path in ("/docs", "/openapi.json", "/v1/models", "/x")
+    }
+    assert set(codes.values()) == {404}, codes
+    stack.figures["unknown routes"] = str(codes)
+
+
+def test_an_80_mb_unauthenticated_body_is_refused_without_growing_the_env_server(stack):
+    import http.client
+
+    before = env_server_rss_mb(stack)
+    conn = http.client.HTTPConnection("127.0.0.1", PORTS["CAPTURE_PORT"], timeout=60)
+    body = b"x" * (80 * 2**20)
+    t0 = time.time()
+    try:
+        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+        status = conn.getresponse().status
+    except (BrokenPipeError, ConnectionResetError):
+        status = "closed"  # refused before the body was read: the server closed the socket
+    finally:
+        conn.close()
+    took = time.time() - t0
+    growth = env_server_rss_mb(stack) - before
+    assert status in (401, 413, "closed"), status
+    assert growth < 20, f"env-server RSS grew {growth:.1f} MB"
+    stack.figures["80 MB unauthenticated POST"] = (
+        f"{status} in {took:.2f} s, env-server RSS {before:.0f} MB -> +{growth:.1f} MB"
+    )
+
+
+def test_200_concurrent_unauthenticated_requests_leave_rollouts_working(stack):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def hit(_):
+        try:
+            return httpx.post(CAPTURE + "/v1/chat/completions", json={"messages": []}, timeout=30).status_code
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+
+    have = max(steps_logged(stack))
+    t0 = time.time()
+    with ThreadPoolExecutor(200) as pool:
+        codes = list(pool.map(hit, range(200)))
+    took = time.time() - t0
+    assert all(c in (401, 429) for c in codes), sorted(set(map(str, codes)))
+    wait_for_step(stack, have + 1)
+    stack.figures["200 concurrent unauthenticated"] = f"{dict(Counter(codes))} in {took:.1f} s; training went on"
+
+
+POISON = (
+    "import json, os, urllib.request\n"
+    "env = {}\n"
+    "for pid in os.listdir('/proc'):\n"
+    "    try: env = dict(l.split('=', 1) for l in open(f'/proc/{pid}/environ').read().split('\\0') if '=' in l)\n"
+    "    except Exception: continue\n"
+    "    if env.get('OPENAI_API_BASE') and env.get('OPENAI_API_KEY'): break\n"
+    "body = {'model': 'x', 'messages': [{'role': 'user', 'content': 'hi'}], 'temperature': 0.0,\n"
+    "        'logprobs': False, 'extra_body': {'guided_regex': '('}, 'poison_field': 'x' * 100}\n"
+    "req = urllib.request.Request(env['OPENAI_API_BASE'].rstrip('/') + '/chat/completions', json.dumps(body).encode(),\n"
+    "    {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + env['OPENAI_API_KEY']})\n"
+    "try: print(urllib.request.urlopen(req, timeout=30).status)\n"
+    "except Exception as exc: print(getattr(exc, 'code', type(exc).__name__))\n"
+)
+
+
+def test_a_poisoned_request_from_inside_a_sandbox_leaves_the_run_training(stack):
+    """Model-written code holds the session key: it sends fields and sampling of its own through the
+    capture port. That rollout may be lost; the run must go on training."""
+    box = stack.wait_for("a sandbox with an agent running", lambda: sandboxes(stack), 300, poll_s=1)
+    answer = run(["docker", "exec", sorted(box)[0], "python3", "-c", POISON], check=False)
+    have = max(steps_logged(stack))
+    wait_for_step(stack, have + 2)
+    assert stack.state("trainer")[0] == "running" and status(stack).get("state") != "failed"
+    stack.figures["poisoned request from a sandbox"] = (
+        f"answered {answer.stdout.strip() or answer.stderr.strip()[-80:]}; 2 more steps trained"
+    )
