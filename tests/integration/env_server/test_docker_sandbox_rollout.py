@@ -360,6 +360,9 @@ with HarborEnv(base_url=sys.argv[1]) as env:
 
 
 def test_a_rollout_whose_trainer_is_killed_is_cancelled_and_its_sandbox_closed(stack):
+    # The last verification may be older than the hand-off's validity by now (the rollout test is long):
+    # publish it again, as tunnel-check's re-checks would.
+    stack.verify_and_publish(stack.public_url)
     before = set(stack.trial_dirs())
     client = subprocess.Popen(
         [sys.executable, "-c", CLIENT, f"http://127.0.0.1:{stack.api_port}", SPLIT, str(TASK)],
@@ -377,6 +380,7 @@ def test_a_rollout_whose_trainer_is_killed_is_cancelled_and_its_sandbox_closed(s
 
 
 def test_sigterm_closes_the_inflight_sandbox(stack):
+    stack.verify_and_publish(stack.public_url)
     before = set(stack.trial_dirs())
     outcome: dict = {}
     worker = threading.Thread(

@@ -173,7 +173,8 @@ def test_an_80_mb_body_with_a_live_key_is_413_past_the_cap(proxy, chunked):
         f"\n80 MB with a session key ({'chunked' if chunked else 'content-length'}): {status!r} in {took:.2f}s; "
         f"RSS {before:.1f} -> {after:.1f} MB (+{after - before:.1f})"
     )
-    assert status == "HTTP/1.1 413 Request Entity Too Large"
+    # The reason phrase is the HTTP library's (h11 in the image says "Content Too Large", RFC 9110).
+    assert status.startswith("HTTP/1.1 413 ")
     assert after - before < 20
 
 
