@@ -388,7 +388,10 @@ CHECKS: dict[str, Callable] = {
 # Only preflight runs these. Once the stack is up the engine, env server and tunnel hold the ports;
 # and the sandbox credentials (E2B key, docker socket) belong to the env server, which starts the
 # sandboxes: the trainer never holds them, so it cannot and need not check them.
-PREFLIGHT_ONLY = {"ports", "sandbox"}
+# "gpus" counts the host's GPUs: only preflight sees them all (compose reserves every GPU for it). The
+# trainer container is given its own GPU(s) alone, so the host count there would refuse every real run
+# ("found 1 GPU(s), need REQUIRED_GPUS=2"); its own view is checked by "trainer-gpus".
+PREFLIGHT_ONLY = {"ports", "sandbox", "gpus"}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
 TRAINER_ONLY = {"trainer-gpus"}
 

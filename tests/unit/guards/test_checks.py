@@ -76,6 +76,12 @@ def test_gpu_count(tmp_path):
     assert "found 1 GPU(s)" in msg and "REQUIRED_GPUS=2" in msg and "REQUIRED_GPUS=0" in msg
 
 
+def test_the_trainer_does_not_count_the_hosts_gpus(tmp_path):
+    # compose gives the trainer REQUIRED_GPUS=2 (the shared guard env) but reserves it one GPU: the
+    # host count is preflight's alone, or every real run stops at the trainer's own guard pass.
+    assert failures(good_env(tmp_path), probes_for(tmp_path, GCSFUSE, gpus=1), phase="trainer") == {}
+
+
 def test_gpu_count_real_probe_on_this_gpu_less_host(tmp_path):
     # No probe injected: nvidia-smi/torch are really asked, and this host has no GPU.
     probes = probes_for(tmp_path, GCSFUSE)
