@@ -213,7 +213,8 @@ def test_status_command_reports_the_running_stack(trained):
     for name in ("engine", "env-server", "tunnel", "tunnel-check"):
         assert (services[name]["state"], services[name]["health"]) == ("running", "healthy"), (name, services[name])
     assert services["trainer"]["state"] == "exited" and services["trainer"]["exit_code"] == 0
-    assert st["tunnel"]["usable"] and st["tunnel"]["verified_ago_s"] < 60, st["tunnel"]
+    # `trusted` is stack.handoff.lookup's verdict, the one the env server's rollout gate acts on.
+    assert st["tunnel"]["trusted"] is True and st["tunnel"]["verified_ago_s"] < 60, st["tunnel"]
     assert st["tunnel"]["valid_for_s"] > 0, st["tunnel"]
     assert st["engine"]["capture_level"] == "tokens", st["engine"]
     # Rollouts the trainer started but no longer needs run to their end (bounded by AGENT_TIMEOUT_S):
