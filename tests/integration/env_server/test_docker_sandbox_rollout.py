@@ -370,12 +370,12 @@ def test_a_rollout_whose_trainer_is_killed_is_cancelled_and_its_sandbox_closed(s
         stderr=subprocess.DEVNULL,
     )
     try:
-        trial = wait_until("a new trial folder", lambda: next(iter(set(stack.trial_dirs()) - before), None), 120)
-        wait_until("its sandbox container", lambda: _project_containers(trial.name), 300, every=2)
+        trial = wait_until(lambda: next(iter(set(stack.trial_dirs()) - before), None), 120, "a new trial folder")
+        wait_until(lambda: _project_containers(trial.name), 300, "its sandbox container", poll_s=2)
     finally:
         client.kill()  # SIGKILL: the trainer is gone without a word
         client.wait()
-    wait_until("the sandbox to be closed", lambda: not _project_containers(trial.name), 120, every=2)
+    wait_until(lambda: not _project_containers(trial.name), 120, "the sandbox to be closed", poll_s=2)
     assert "client    gone during a step on /ws: rollout cancelled, its sandbox is being closed" in stack.logs()
 
 
