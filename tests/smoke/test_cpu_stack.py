@@ -180,7 +180,8 @@ def test_rollouts_ran_the_agent_in_sandboxes_with_token_ids_and_no_forking(train
     assert set(windows("rollout/samples_per_rollout")) == {1.0}, history
     assert max(windows("rollout/turns_mean")) > 1, f"rollouts were single-turn, nothing to fork: {history}"
     assert (status["forked_rollout_frac"], status["samples_per_rollout"], status["unscorable_frac"]) == (0.0, 1.0, 0.0)
-    assert isinstance(status["reward_mean"], float) and 0.0 <= status["reward_mean"] <= 1.0, status
+    # A fully correct answer earns 1.0 plus up to TOOL_EFFICIENCY_BONUS (0.1 by default): a mean of 1.05 is real.
+    assert isinstance(status["reward_mean"], float) and 0.0 <= status["reward_mean"] <= 1.1, status
     trials = [p for p in trained.trials.rglob("*") if p.is_dir() and p.name == "agent"]
     assert trials, f"no Harbor trial ran an agent under {trained.trials}"
 
