@@ -40,3 +40,19 @@ def describe_engine(f: dict) -> str:
     kv = "?" if f.get("kv_cache_usage") is None else f"{100 * f['kv_cache_usage']:.0f}%"
     tok = "?" if f.get("generation_tok_s") is None else f"{f['generation_tok_s']:.1f}"
     return f"engine {n('running')} running, {n('waiting')} waiting, KV cache {kv}, {tok} tok/s generated"
+
+
+def forking(training: dict) -> str:
+    """The training line's forking figures and label, from the fractions the trainer logs (status.json):
+    TRL's `fork_frac` (turn transitions that forked: what the STOP_FORKING_FRAC rule reads) and
+    `forked_rollout_frac` (rollouts with a forked transition). Rows per rollout is not the tell: TRL keeps
+    only rows holding a trained token, so a fully forked rollout can come back as one row."""
+    fork, rollouts = training.get("fork_frac"), training.get("forked_rollout_frac")
+
+    def pct(x):
+        return "?" if x is None else f"{100 * float(x):.0f}%"
+
+    line = f"forked {pct(fork)} of turn transitions, {pct(rollouts)} of rollouts"
+    if (fork or 0) > 0 or (rollouts or 0) > 0:
+        line += "  (FORKING: re-rendered prompts; stop rule STOP_FORKING_FRAC reads the transitions)"
+    return line

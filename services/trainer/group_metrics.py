@@ -8,6 +8,8 @@ add, with no TRL import, so the host unit suite checks the figures the stop rule
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 
@@ -16,11 +18,25 @@ def add(rates: dict, key: str, num: float, den: float = 1.0) -> None:
     rates[key][1] += den
 
 
-def add_rollout(rates: dict, *, sequences: int, loop_exhausted: bool) -> None:
+def forked(sequences: int, tally: Mapping | None) -> bool:
+    """Did this rollout fork: did any turn's prompt fail to extend the tokens held so far?
+
+    TRL's reconciler (`_chain_to_sequences`) counts every forked turn transition in its tally. The number
+    of rows it returns is NOT that count: it keeps only rows holding a trained token
+    (`_SampleBuilder.has_trained_token`), so a rollout whose every transition forked but whose earlier
+    branches train nothing (masked on ingest, zero-filled logprobs, demoted auxiliary calls) comes back
+    as ONE row. Counting rows (`sequences > 1`) read 0.0 in the very log where TRL's `fork_frac` read 1.0
+    (the mock's `fork` fault; trainer/README.md); the tally cannot miss a fork. Rows stay the fallback
+    for a caller without a tally.
+    """
+    return bool((tally or {}).get("fork", 0)) or sequences > 1
+
+
+def add_rollout(rates: dict, *, sequences: int, loop_exhausted: bool, tally: Mapping | None = None) -> None:
     add(rates, "harbor/timeout_frac", float(bool(loop_exhausted)))
-    # A multi-turn rollout should be ONE training row (each turn's prompt extends the last); more rows than
-    # one is the forking tell.
-    add(rates, "harbor/forked_rollout_frac", float(sequences > 1))
+    # A multi-turn rollout should be ONE chained training row (each turn's prompt extends the last); a
+    # rollout with a forked turn transition is the forking tell, over all rollouts with a result.
+    add(rates, "harbor/forked_rollout_frac", float(forked(sequences, tally)))
 
 
 def add_group(rates: dict, rewards: list, tool_call_counts: list) -> None:

@@ -12,8 +12,10 @@ status.json is small, rewritten atomically after every logged step and every che
 plus, when configured: "eval" (latest periodic evaluation), "eval_baseline", "eval_state" (trainer/eval_callback.py)
 and "hub" (the Hub push state, trainer/publish.py).
 
-`samples_per_rollout` against `turns_mean` is the forking tell: a healthy multi-turn agent trains one
-row per rollout whatever its turn count; rows growing with turns means prompts are being re-rendered.
+`fork_frac` (TRL's share of turn transitions that forked) and `forked_rollout_frac` (rollouts with a forked
+transition, trainer/group_metrics.py) are the forking tell: a healthy multi-turn agent reads 0 on both.
+`samples_per_rollout` against `turns_mean` is context only: TRL keeps only rows holding a trained token, so a
+fully forked rollout can still come back as one row.
 
 No transformers import here (trainer/status_callback.py is the Trainer side), so the host unit suite checks
 the key mapping and the file itself.

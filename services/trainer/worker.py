@@ -6,8 +6,8 @@ and forks (`rollout/fork_frac`). Added here, under `harbor/`:
 - reward mean and spread over scored rollouts, and `zero_spread_frac`: groups whose scored rollouts all
   got the same reward, which carry zero advantage and teach nothing (the all-or-nothing caveat, reward.py);
 - `unscorable_frac` (reward None: sandbox or verifier failed), `timeout_frac`, `tool_calls_mean`;
-- `forked_rollout_frac`: rollouts that became more than one training row. A multi-turn rollout should
-  be ONE row (each turn's prompt extends the last); more rows than rollouts is the forking tell.
+- `forked_rollout_frac`: rollouts with a forked turn transition (TRL's own tally; group_metrics.forked
+  says why not rows per rollout). A multi-turn rollout should be ONE chained row.
 
 Metrics ride TRL's own metric queue from the spawned rollout process to the trainer's `log()`.
 """
@@ -25,7 +25,7 @@ from . import group_metrics, stop
 class HarborRolloutLoop(_HarnessRolloutLoop):
     def _push_rollout_metrics(self, *, turns, sequences, completion_ids, tally, loop_exhausted, duration_s):
         # Runs on the worker's event loop for every rollout that produced a result, like TRL's own.
-        group_metrics.add_rollout(self._rates, sequences=sequences, loop_exhausted=loop_exhausted)
+        group_metrics.add_rollout(self._rates, sequences=sequences, loop_exhausted=loop_exhausted, tally=tally)
         super()._push_rollout_metrics(
             turns=turns,
             sequences=sequences,

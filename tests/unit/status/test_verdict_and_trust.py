@@ -93,3 +93,17 @@ def test_verdict_names_what_stops_the_time_going_anywhere_first():
         "verdict: no step timed yet (trainer warming-up); engine 5 running, 0 waiting, KV cache 25%, "
         "250.0 tok/s generated; 1 sandboxes in flight"
     )
+
+
+def test_forking_label_reads_the_fractions_the_trainer_logs_not_rows_per_rollout():
+    # One row per rollout, yet every transition forked: TRL kept only the rows with a trained token.
+    forked = {"samples_per_rollout": 1.0, "turns_mean": 3.0, "fork_frac": 1.0, "forked_rollout_frac": 1.0}
+    assert figures.forking(forked) == (
+        "forked 100% of turn transitions, 100% of rollouts"
+        "  (FORKING: re-rendered prompts; stop rule STOP_FORKING_FRAC reads the transitions)"
+    )
+    assert figures.forking({"fork_frac": 0.0, "forked_rollout_frac": 0.0, "samples_per_rollout": 1.0}) == (
+        "forked 0% of turn transitions, 0% of rollouts"
+    )
+    # No multi-turn rollout logged yet: unknown, not a verdict.
+    assert figures.forking({"forked_rollout_frac": 0.0}) == "forked ? of turn transitions, 0% of rollouts"

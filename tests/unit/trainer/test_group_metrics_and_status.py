@@ -34,6 +34,33 @@ def test_a_re_rendered_rollout_is_forked_and_an_extending_one_is_not():
     assert window(rates) == {"harbor/forked_rollout_frac": 0.5, "harbor/timeout_frac": 0.25}
 
 
+# TRL 1.16.0's `_chain_to_sequences` tally for a 3-turn rollout (2 transitions), as it hands it to
+# `_push_rollout_metrics` beside the row count.
+RE_RENDERED_TALLY = {
+    "clean": 0.0,
+    "realign": 0.0,
+    "fork": 2.0,
+    "transitions": 2.0,
+    "drift_tokens": 9.0,
+    "drift_max": 5.0,
+}
+CHAINED_TALLY = {"clean": 2.0, "realign": 0.0, "fork": 0.0, "transitions": 2.0, "drift_tokens": 0.0, "drift_max": 0.0}
+
+
+def test_a_re_rendered_rollout_is_forked_even_when_trl_returns_one_row():
+    """Every transition forked, but TRL keeps only rows holding a trained token: with the earlier branches
+    masked, it returns ONE row. Counting rows read 0.0 here (the bug); the tally reads 1.0."""
+    rates = fresh()
+    group_metrics.add_rollout(rates, sequences=1, loop_exhausted=False, tally=RE_RENDERED_TALLY)
+    assert window(rates) == {"harbor/forked_rollout_frac": 1.0, "harbor/timeout_frac": 0.0}
+    group_metrics.add_rollout(rates, sequences=3, loop_exhausted=False, tally=RE_RENDERED_TALLY)
+    assert window(rates)["harbor/forked_rollout_frac"] == 1.0
+    # A chained 3-turn rollout (one row, clean transitions) and a single-turn one did not fork.
+    group_metrics.add_rollout(rates, sequences=1, loop_exhausted=False, tally=CHAINED_TALLY)
+    group_metrics.add_rollout(rates, sequences=1, loop_exhausted=False, tally={"fork": 0.0, "transitions": 0.0})
+    assert window(rates)["harbor/forked_rollout_frac"] == 0.5
+
+
 def test_one_unscorable_rollout_in_a_group_of_three():
     rates = fresh()
     group_metrics.add_group(rates, [1.0, None, 0.0], [2, 0, 4])

@@ -1,0 +1,83 @@
+"""scripts/status judges the engine with the same inputs as the engine's own healthcheck: the model accepted
+by ENGINE_LOGPROBS_UNPROVEN_OK in the engine container's settings and the model the healthcheck already
+proved. Without them status called an engine `below tokens` that compose reported healthy.
+
+The engine is a stdlib stand-in whose runner-up token stays masked whatever the request asks, so
+processed logprobs cannot be proven (tests/unit/engine/test_probe_unproven.py grades the probe itself)."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+MODEL = "Qwen/Qwen3-1.7B"
+
+
+def load_status():
+    loader = importlib.machinery.SourceFileLoader("status_script_engine", str(ROOT / "scripts/status"))
+    spec = importlib.util.spec_from_loader("status_script_engine", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _send(self, doc):
+        raw = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self):
+        self._send({"data": [{"id": MODEL}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body.get("return_token_ids"):
+            entry = {"token": "token_id:7", "logprob": -0.1, "top_logprobs": []}
+            self._send({"prompt_token_ids": [1, 2], "choices": [{"token_ids": [7], "logprobs": {"content": [entry]}}]})
+            return
+        top = [{"token": "token_id:1", "logprob": -0.01}, {"token": "token_id:2", "logprob": -9999.0}]
+        self._send(
+            {"choices": [{"logprobs": {"content": [{"token": "token_id:1", "logprob": -0.01, "top_logprobs": top}]}}]}
+        )
+
+
+@pytest.fixture
+def port():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield str(server.server_address[1])
+    server.shutdown()
+
+
+def test_unproven_logprobs_are_below_tokens_unless_the_engine_accepted_or_proved_the_model(port):
+    status = load_status()
+    refused = status.engine_level(port)
+    assert refused["capture_level"] == "below tokens"
+    assert f"ENGINE_LOGPROBS_UNPROVEN_OK={MODEL}" in refused["detail"]
+    accepted = status.engine_level(port, accepted_for=MODEL)
+    assert accepted["capture_level"] == "tokens"
+    assert accepted["detail"].endswith(f"accepted for this model by ENGINE_LOGPROBS_UNPROVEN_OK={MODEL}")
+    # Accepted for another model is not accepted for this one (the healthcheck's own rule).
+    assert status.engine_level(port, accepted_for="other/model")["capture_level"] == "below tokens"
+    proven = status.engine_level(port, proven=MODEL)
+    assert proven["capture_level"] == "tokens" and "proven earlier for this engine" in proven["detail"]
+
+
+def test_status_reads_only_ports_and_the_accepted_model_from_a_containers_settings():
+    status = load_status()
+    env = ["ENGINE_PORT=18000", "HF_TOKEN=hf_secret", f"ENGINE_LOGPROBS_UNPROVEN_OK={MODEL}", "WANDB_API_KEY=k"]
+    assert status._shared_env(env) == {"ENGINE_PORT": "18000", "ENGINE_LOGPROBS_UNPROVEN_OK": MODEL}
