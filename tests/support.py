@@ -6,6 +6,8 @@ the images): `from support import free_port, wait_healthy, wait_until`.
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import time
 import urllib.request
@@ -16,16 +18,61 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def free_ports(n: int) -> list[int]:
-    """`n` distinct loopback ports nobody listens on now (all held at once while picked, so distinct)."""
-    socks = [socket.socket() for _ in range(n)]
+# The kernel hands out ports from this range to every `bind(0)` and every outgoing connection. A port picked
+# there and released (free_ports cannot keep holding it: the caller's server binds it, often in another
+# process) can be taken by any client socket on the host before the caller binds it; one outside the range
+# can only be taken by a process that asks for that very number.
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST = 10_000  # above the well-known and common service ports (8000, 8001, 8100, 8080, ...)
+_handed_out: set[int] = set()  # never the same port twice in one test process, even once it is free again
+_rng = random.Random(f"{os.getpid()}-{time.time_ns()}")  # parallel test processes pick different ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+        low, high = (int(x) for x in _EPHEMERAL.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(sock: socket.socket, port: int) -> bool:
+    try:
+        sock.bind(("127.0.0.1", port))  # no SO_REUSEADDR: a port with any socket on it is not free
+    except OSError:
+        return False
+    return True
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct loopback ports nobody holds now, outside the kernel's ephemeral range (see above), all
+    bound at once while picked, and never handed out before in this process."""
+    low, high = _ephemeral_range()
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(2000):  # random draws: a busy host still leaves most of ~30000 ports free
+            if len(socks) == n:
+                break
+            port = _rng.randrange(_LOWEST, 65536)
+            if low <= port <= high or port in _handed_out or any(s.getsockname()[1] == port for s in socks):
+                continue
+            sock = socket.socket()
+            if _bindable(sock, port):
+                socks.append(sock)
+            else:
+                sock.close()
+        if len(socks) < n:
+            # A host whose ephemeral range leaves nothing outside it: the kernel's pick, as before.
+            for _ in range(n - len(socks)):
+                sock = socket.socket()
+                sock.bind(("127.0.0.1", 0))
+                socks.append(sock)
+        ports = [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
             s.close()
+    _handed_out.update(ports)
+    return ports
 
 
 def free_port() -> int:

@@ -47,3 +47,42 @@ def test_capture_proxy_refuses_a_held_port(tmp_path):
         f"capture proxy cannot bind 127.0.0.1:{port} (Address already in use): stop whatever holds that port, "
         "or change CAPTURE_PORT / CAPTURE_HOST in .env"
     )
+
+
+def test_capture_proxy_refuses_to_start_when_another_proxy_answers_its_health_url(tmp_path, monkeypatch):
+    """The bind succeeded, yet /health answers with someone else's instance: a CAPTURE_HOST name that binds
+    one address and connects to another (localhost as ::1 first on some hosts, while an older proxy holds
+    that). Both proxies are OpenEnv's real capture app under our server; the one double is the health URL's
+    host, pointed at the older proxy's address (127.0.0.2, another loopback address on the same port)."""
+    from support import free_port
+
+    import env_server.capture as capture
+
+    port = free_port()
+
+    def service(host: str, name: str) -> LoopbackHarborService:
+        return LoopbackHarborService(
+            capture_host=host,
+            handoff_dir=str(tmp_path / name),
+            llm_url="",
+            model="tiny",
+            datasets=[STARTER],
+            capture_port=port,
+            capture_level="text",
+        )
+
+    older = service("127.0.0.2", "older")
+    older.start(timeout_s=15)
+    ours = service("127.0.0.1", "ours")
+    try:
+        monkeypatch.setattr(capture, "_probe_host", lambda host: "127.0.0.2")
+        with pytest.raises(RuntimeError) as err:
+            ours.start(timeout_s=15)
+    finally:
+        ours.stop()
+        older.stop()
+    assert older.instance_id != ours.instance_id
+    assert str(err.value) == (
+        f"http://127.0.0.2:{port}/health is answered by another capture proxy (instance {older.instance_id}); "
+        "stop it or change CAPTURE_PORT"
+    )

@@ -95,6 +95,12 @@ def publish(service, url: str, instance: str | None = None, valid_for_s: float =
     handoff.publish(url, instance or service.instance_id, "test", valid_for_s, service.handoff_dir)
 
 
+NOT_STARTED = (
+    "): no public URL for the capture proxy, so a sandbox could not reach it; rollout not started. Wait for "
+    "tunnel-check to verify the URL (docker compose logs tunnel-check)"
+)
+
+
 def rollout(env, **kw) -> dict:
     args = dict(
         split=STARTER,
@@ -132,7 +138,9 @@ def test_no_rollout_before_a_url_is_verified(service, engine_url, recorder):
     env = make_env(service, engine_url)
     result = rollout(env)
     assert result["ok"] is False and result["reward"] is None
-    assert result["error"].startswith("tunnel not verified yet")
+    assert result["error"] == (
+        "tunnel not verified yet (no URL verified yet (tunnel-check has published nothing)" + NOT_STARTED
+    )
     assert recorder == []  # nothing was started: no session, no sandbox
     assert service.capture.registry.list_ids() == []
 
@@ -152,7 +160,8 @@ def test_advertised_url_follows_the_handoff_without_restart(service, engine_url,
 
     handoff.withdraw("502 through the tunnel", service.handoff_dir)
     refused = rollout(env)
-    assert refused["ok"] is False and "tunnel not verified yet (withdrawn: 502 through the tunnel)" in refused["error"]
+    assert refused["ok"] is False
+    assert refused["error"] == "tunnel not verified yet (withdrawn: 502 through the tunnel" + NOT_STARTED
     assert len(recorder) == 2
 
 
@@ -170,7 +179,11 @@ def test_a_rollout_for_another_backend_is_refused(service, engine_url, recorder)
     env = make_env(service, engine_url)
     publish(service, "https://quick.example")
     result = rollout(env, sandbox="e2b")
-    assert result["ok"] is False and "runs SANDBOX=docker" in result["error"]
+    assert result["ok"] is False
+    assert result["error"] == (
+        "rollout asked for sandbox 'e2b' but this env server runs SANDBOX=docker (the backend its startup checks "
+        "covered): pass sandbox='docker', or change SANDBOX and restart env-server"
+    )
     assert recorder == []
 
 
@@ -179,7 +192,11 @@ def test_a_url_verified_for_another_proxy_instance_is_not_used(service, engine_u
     publish(service, "https://quick.example", "instance-of-a-previous-env-server")
     result = rollout(env)
     assert result["ok"] is False
-    assert "was verified for capture proxy instance instance-of-a-previous-env-server, not this one" in result["error"]
+    assert result["error"] == (
+        "tunnel URL https://quick.example was verified for capture proxy instance instance-of-a-previous-env-server, "
+        f"not this one ({service.instance_id}); rollout not started. tunnel-check re-verifies it within "
+        "TUNNEL_CHECK_INTERVAL_S"
+    )
     assert recorder == []
 
 
@@ -196,3 +213,24 @@ def test_an_expired_record_refuses_the_rollout_with_its_reason(service, engine_u
     assert refused["error"].startswith("tunnel not verified yet (https://quick.example was last verified ")
     assert "its record expired" in refused["error"] and len(recorder) == 1
     assert service.public_url == ""
+
+
+def test_a_verified_record_left_by_a_killed_tunnel_check_is_refused_with_its_ages(service, engine_url, recorder):
+    """Still "verified" on disk, but past its own valid_until: the exact line, with the record's ages."""
+    import time
+
+    from stack.facts import HANDOFF_FILE
+
+    env = make_env(service, engine_url)
+    publish(service, "https://quick.example")
+    path = Path(service.handoff_dir) / HANDOFF_FILE
+    doc = json.loads(path.read_text())
+    doc["verified_at"], doc["valid_until"] = time.time() - 60, time.time() - 31
+    path.write_text(json.dumps(doc))
+    refused = rollout(env)
+    assert (refused["ok"], refused["reward"]) == (False, None)
+    assert refused["error"] == (
+        "tunnel not verified yet (https://quick.example was last verified 60s ago and its record expired 31s ago: "
+        "tunnel-check has stopped re-checking it (docker compose logs tunnel-check)" + NOT_STARTED
+    )
+    assert recorder == [] and service.capture.registry.list_ids() == []
