@@ -313,6 +313,25 @@ def check_trainer_settings(env, probes):
     return read(env)[1] or None
 
 
+def check_stop_rules(env, probes):
+    """The stop rules' thresholds and window (STOP_*), one line each, from the trainer's own reader
+    (trainer/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
+    from trainer import stop_rules
+
+    return stop_rules.problems(env) or None
+
+
+def check_report_to(env, probes):
+    """REPORT_TO=wandb without its key: the trainer would refuse at start (trainer/reporting.py). A REPORT_TO
+    outside the choices is trainer-settings' line, not this one's."""
+    from trainer import reporting
+
+    try:
+        return reporting.missing_key(env.get("REPORT_TO") or "trackio", env)
+    except reporting.ReportToError:
+        return None
+
+
 def check_trainer_gpus(env, probes):
     """One visible GPU per trainer process, unless a distributed launcher started it.
 
@@ -381,6 +400,8 @@ CHECKS: dict[str, Callable] = {
     "tunnel": check_tunnel,
     "train-script": check_train_script,
     "trainer-settings": check_trainer_settings,
+    "stop-rules": check_stop_rules,
+    "report-to": check_report_to,
     "run-name": check_run_name,
     "weight-transfer": check_weight_transfer,
     "trainer-gpus": check_trainer_gpus,

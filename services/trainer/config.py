@@ -26,6 +26,8 @@ from stack.facts import (
     WEIGHT_TRANSFERS,
 )
 
+from . import reporting
+
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -149,7 +151,8 @@ class Settings:
         return latest_checkpoint(self.run_dir) if self.run_name_explicit else None
 
 
-REPORT_TO = ("trackio", "tensorboard", "none")
+# One list of backends: reporting.py prepares each (wandb was missing here, so every wandb run was refused).
+REPORT_TO = reporting.CHOICES
 DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_SAVE_TOTAL_LIMIT = 2
 

@@ -31,13 +31,30 @@ def backend(report_to: str) -> str:
     return value
 
 
+# Set (to anything) where the key exists but is not passed: preflight checks REPORT_TO=wandb before anything
+# is paid for, and the key is a secret of the trainer alone, so compose hands preflight only whether it is set
+# (`WANDB_API_KEY_SET: ${WANDB_API_KEY:+set}`).
+KEY_SET = "WANDB_API_KEY_SET"
+MISSING_KEY = (
+    "REPORT_TO=wandb needs WANDB_API_KEY: put it in .env (the trainer alone receives it), "
+    "or use REPORT_TO=trackio for a dashboard on the bucket"
+)
+
+
+def missing_key(report_to: str, env: Mapping[str, str]) -> str | None:
+    """The one line when the chosen backend cannot log for want of its key, else None."""
+    if backend(report_to) != "wandb":
+        return None
+    if (env.get("WANDB_API_KEY") or "").strip() or (env.get(KEY_SET) or "").strip():
+        return None
+    return MISSING_KEY
+
+
 def check(report_to: str, env: Mapping[str, str]) -> None:
     """Refuse, before the model loads, a backend that cannot log."""
-    if backend(report_to) == "wandb" and not (env.get("WANDB_API_KEY") or "").strip():
-        raise ReportToError(
-            "REPORT_TO=wandb needs WANDB_API_KEY: put it in .env (the trainer alone receives it), "
-            "or use REPORT_TO=trackio for a dashboard on the bucket"
-        )
+    line = missing_key(report_to, env)
+    if line:
+        raise ReportToError(line)
 
 
 def log_dirs(dashboard_dir: Path, run_name: str) -> dict[str, str]:

@@ -150,9 +150,14 @@ class StopRules:
         return _StopRulesCallback()
 
 
-def from_env(env: Mapping[str, str] | None = None) -> StopRules:
+def problems(env: Mapping[str, str] | None = None) -> list[str]:
+    """Every bad stop-rule setting, one line each, naming the fix (preflight prints them all at once)."""
+    return read(env)[1]
+
+
+def read(env: Mapping[str, str] | None = None) -> tuple[StopRules, list[str]]:
     env = os.environ if env is None else env
-    thresholds = {}
+    thresholds, bad = {}, []
     for rule in RULES:
         raw = (env.get(rule.name) or "").strip() or DEFAULTS[rule.name]
         if raw.lower() == "off":
@@ -162,13 +167,25 @@ def from_env(env: Mapping[str, str] | None = None) -> StopRules:
         except ValueError:
             value = math.nan
         if not 0.0 < value <= 1.0:
-            raise StopRuleSettingError(
-                f"{rule.name}={raw!r} must be a fraction in (0, 1] (default {DEFAULTS[rule.name]}) or 'off'"
+            bad.append(
+                f"{rule.name}={raw!r} must be a fraction in (0, 1] (default {DEFAULTS[rule.name]}) or 'off': "
+                f"set it in .env, e.g. {rule.name}={DEFAULTS[rule.name]} (the share {rule.what} that stops the "
+                f"run), or {rule.name}=off to disable the rule"
             )
+            continue
         thresholds[rule.name] = value
     raw_window = (env.get("STOP_WINDOW_STEPS") or "").strip() or str(DEFAULT_WINDOW)
     if not raw_window.isdigit() or int(raw_window) < 1:
-        raise StopRuleSettingError(
-            f"STOP_WINDOW_STEPS={raw_window!r} must be a whole number of steps >= 1 (default {DEFAULT_WINDOW})"
+        bad.append(
+            f"STOP_WINDOW_STEPS={raw_window!r} must be a whole number of steps >= 1 (default {DEFAULT_WINDOW}): "
+            f"set it in .env, e.g. STOP_WINDOW_STEPS={DEFAULT_WINDOW} (the logged steps each rule averages over)"
         )
-    return StopRules(thresholds, int(raw_window))
+        raw_window = str(DEFAULT_WINDOW)
+    return StopRules(thresholds, int(raw_window)), bad
+
+
+def from_env(env: Mapping[str, str] | None = None) -> StopRules:
+    rules, bad = read(env)
+    if bad:
+        raise StopRuleSettingError("; ".join(bad))
+    return rules

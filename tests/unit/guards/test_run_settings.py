@@ -58,8 +58,9 @@ def lines(env, probes, phase="preflight"):
         ("TOKEN_BUDGET", "-1", "TOKEN_BUDGET='-1' is below 0"),
         (
             "REPORT_TO",
-            "wandb",
-            "REPORT_TO='wandb' is not allowed: set REPORT_TO to one of trackio, tensorboard, none (default trackio)",
+            "mlflow",
+            "REPORT_TO='mlflow' is not allowed: set REPORT_TO to one of trackio, tensorboard, wandb, none (default "
+            "trackio)",
         ),
         (
             "TRAIN_DTYPE",

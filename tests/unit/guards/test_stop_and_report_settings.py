@@ -1,0 +1,87 @@
+"""Preflight refuses the stop-rule settings (STOP_*) and REPORT_TO=wandb without its key before anything is
+paid for: one line each, naming the fix, the same line the trainer itself would stop with. Each triggered for
+real through the whole guard pass."""
+
+import pytest
+from test_checks import GCSFUSE, good_env, probes_for
+
+from guards.checks import run_all
+from trainer import reporting, stop_rules
+
+
+def lines(env, tmp_path, phase="preflight"):
+    found = run_all(env, probes_for(tmp_path, GCSFUSE), phase)
+    return [(f.check, f.message) for f in found if f.check != "weight-transfer"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "line"),
+    [
+        (
+            "STOP_FORKING_FRAC",
+            "50%",
+            "STOP_FORKING_FRAC='50%' must be a fraction in (0, 1] (default 0.5) or 'off': set it in .env, e.g. "
+            "STOP_FORKING_FRAC=0.5 (the share of turn transitions forked (re-rendered prompts) that stops the run), "
+            "or STOP_FORKING_FRAC=off to disable the rule",
+        ),
+        (
+            "STOP_UNSCORABLE_FRAC",
+            "0",
+            "STOP_UNSCORABLE_FRAC='0' must be a fraction in (0, 1] (default 0.9) or 'off': set it in .env, e.g. "
+            "STOP_UNSCORABLE_FRAC=0.9 (the share of rollouts unscorable (sandbox or verifier failed) that stops the "
+            "run), or STOP_UNSCORABLE_FRAC=off to disable the rule",
+        ),
+        (
+            "STOP_ZERO_SPREAD_FRAC",
+            "1.5",
+            "STOP_ZERO_SPREAD_FRAC='1.5' must be a fraction in (0, 1] (default 1.0) or 'off': set it in .env, e.g. "
+            "STOP_ZERO_SPREAD_FRAC=1.0 (the share of groups with zero reward spread (no gradient) that stops the "
+            "run), or STOP_ZERO_SPREAD_FRAC=off to disable the rule",
+        ),
+        (
+            "STOP_WINDOW_STEPS",
+            "2.5",
+            "STOP_WINDOW_STEPS='2.5' must be a whole number of steps >= 1 (default 5): set it in .env, e.g. "
+            "STOP_WINDOW_STEPS=5 (the logged steps each rule averages over)",
+        ),
+    ],
+)
+def test_each_bad_stop_rule_setting_is_one_line_naming_the_fix(tmp_path, name, value, line):
+    for phase in ("preflight", "trainer"):
+        assert lines(good_env(tmp_path, **{name: value}), tmp_path, phase) == [("stop-rules", line)]
+    # The trainer stops with the same line (one reader, not two).
+    with pytest.raises(stop_rules.StopRuleSettingError) as err:
+        stop_rules.from_env({name: value})
+    assert str(err.value) == line
+
+
+def test_every_bad_stop_rule_setting_is_listed_at_once_and_off_is_fine(tmp_path):
+    env = good_env(tmp_path, STOP_FORKING_FRAC="x", STOP_UNSCORABLE_FRAC="2", STOP_WINDOW_STEPS="0")
+    found = lines(env, tmp_path)
+    assert [c for c, _ in found] == ["stop-rules"] * 3
+    assert [m.split("=")[0] for _, m in found] == ["STOP_FORKING_FRAC", "STOP_UNSCORABLE_FRAC", "STOP_WINDOW_STEPS"]
+    quiet = good_env(tmp_path, STOP_FORKING_FRAC="off", STOP_UNSCORABLE_FRAC="OFF", STOP_ZERO_SPREAD_FRAC="0.75")
+    assert lines(quiet, tmp_path) == []
+
+
+WANDB_LINE = (
+    "REPORT_TO=wandb needs WANDB_API_KEY: put it in .env (the trainer alone receives it), "
+    "or use REPORT_TO=trackio for a dashboard on the bucket"
+)
+
+
+def test_wandb_without_its_key_is_one_line_naming_the_fix(tmp_path):
+    for phase in ("preflight", "trainer"):
+        assert lines(good_env(tmp_path, REPORT_TO="wandb"), tmp_path, phase) == [("report-to", WANDB_LINE)]
+    with pytest.raises(reporting.ReportToError) as err:
+        reporting.check("wandb", {})
+    assert str(err.value) == WANDB_LINE
+
+
+def test_wandb_with_its_key_or_preflight_told_the_key_is_set_passes(tmp_path):
+    # The trainer holds the key itself; preflight is told only that it is set (WANDB_API_KEY_SET).
+    assert lines(good_env(tmp_path, REPORT_TO="wandb", WANDB_API_KEY="k"), tmp_path, "trainer") == []
+    assert lines(good_env(tmp_path, REPORT_TO="wandb", WANDB_API_KEY_SET="set"), tmp_path) == []
+    assert lines(good_env(tmp_path, REPORT_TO="wandb", WANDB_API_KEY="  "), tmp_path) == [("report-to", WANDB_LINE)]
+    # Other backends need no key.
+    assert lines(good_env(tmp_path, REPORT_TO="tensorboard"), tmp_path) == []
