@@ -7,7 +7,8 @@ status.json is small, rewritten atomically after every logged step and every che
      "reward_mean", "reward_std", "zero_spread_frac", "unscorable_frac", "timeout_frac",
      "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
      "dropped_oversize_total", "fork_frac", "step_s", "rollout_wait_s", "last_checkpoint", "error",
-     "updated_at", "first_step_at" (unix time), "stop_rule" (trainer.stop_rules, when one stopped the run)}
+     "updated_at", "started_at", "first_step_at" (unix times), "first_step_after_s" (first step's end minus the
+     process start), "stop_rule" (trainer.stop_rules, when one stopped the run)}
 
 plus, when configured: "eval" (latest periodic evaluation), "eval_baseline", "eval_state" (trainer/eval_callback.py)
 and "hub" (the Hub push state, trainer/publish.py).
@@ -24,6 +25,7 @@ the key mapping and the file itself.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -84,6 +86,31 @@ class RunStatus:
             self.doc.update(fields)
             self.doc["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             atomic.write_json(self.path, self.doc, indent=1, sort_keys=True)
+
+
+def process_started_at(stat_text: str | None = None, proc_stat_text: str | None = None, ticks: int = 0) -> float:
+    """When this process started (unix time): field 22 of /proc/self/stat (clock ticks after boot) plus
+    /proc/stat's `btime`. The first step's delay is measured from here, so it includes the imports and the
+    model load, as an operator waiting for a first step lives it. Import time where /proc is unreadable."""
+    try:
+        stat_text = stat_text if stat_text is not None else Path("/proc/self/stat").read_text()
+        proc_stat_text = proc_stat_text if proc_stat_text is not None else Path("/proc/stat").read_text()
+        ticks = ticks or os.sysconf("SC_CLK_TCK")
+        start_ticks = int(stat_text.rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in proc_stat_text.splitlines() if line.startswith("btime "))
+        return boot + start_ticks / ticks
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED_AT
+
+
+_IMPORTED_AT = time.time()
+
+
+def first_step(started_at: float, now: float, step: int) -> tuple[dict, str]:
+    """The status.json fields and the one log line for the end of the run's first training step."""
+    after = max(0.0, now - started_at)
+    fields = {"first_step_at": now, "first_step_after_s": round(after, 1)}
+    return fields, f"trainer: first training step done {after:.0f} s after start (step {step})"
 
 
 def console_line(doc: dict) -> str:

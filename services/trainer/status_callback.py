@@ -6,21 +6,24 @@ import time
 
 from transformers import TrainerCallback
 
-from .status import RunStatus, console_line, status_fields
+from .status import RunStatus, console_line, first_step, process_started_at, status_fields
 
 
 class StatusCallback(TrainerCallback):
     def __init__(self, status: RunStatus):
         self.status = status
+        self.started_at = process_started_at()
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.status.update(state="training", step=state.global_step)
+        self.status.update(state="training", step=state.global_step, started_at=self.started_at)
 
     def on_step_end(self, args, state, control, **kwargs):
-        # When the first optimizer step finished: the smoke test and operators read "time to first
-        # step" from here rather than from log timestamps.
+        # When the first optimizer step finished, and how long after this process started: the smoke test
+        # and operators read "time to first step" from here rather than from log timestamps.
         if "first_step_at" not in self.status.doc:
-            self.status.update(first_step_at=time.time())
+            fields, line = first_step(self.started_at, time.time(), state.global_step)
+            self.status.update(**fields)
+            print(line, flush=True)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}

@@ -7,6 +7,7 @@ tests/integration/trainer drives the real worker end to end.
 
 import json
 import math
+import time
 from collections import defaultdict
 
 from trainer import group_metrics
@@ -114,3 +115,17 @@ def test_run_status_writes_the_documented_file(tmp_path):
     assert console_line(doc).startswith(
         "step 1/2  reward 1.000±-  zero-spread -  turns -  samples/rollout - (forked -)"
     )
+
+
+def test_first_step_line_and_fields_measure_from_the_process_start():
+    from trainer.status import first_step, process_started_at
+
+    # /proc/self/stat field 22 (start time, clock ticks after boot); a command with spaces and ')' in it.
+    stat = "4242 (python (x) y) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1000 10"
+    assert process_started_at(stat, "cpu 1 2 3\nbtime 1800000000\nprocesses 9\n", ticks=100) == 1800000123.45
+    # Unreadable /proc: the module's import time, never a crash.
+    assert process_started_at("garbage", "", ticks=100) > 0
+    fields, line = first_step(1800000000.0, 1800000187.4, 1)
+    assert fields == {"first_step_at": 1800000187.4, "first_step_after_s": 187.4}
+    assert line == "trainer: first training step done 187 s after start (step 1)"
+    assert abs(process_started_at() - time.time()) < 3600  # this very process, on this host
