@@ -4,8 +4,9 @@ Same order as OpenEnv's `serve_harbor`: startup checks, capture proxy, then the 
 (OpenEnv's `create_app` around a HarborEnvironment). Differences, each for a contract of the stack
 (README.md, services/env_server/README.md):
 the proxy binds CAPTURE_HOST (capture.py), the advertised URL is the verified hand-off (capture.py,
-rollouts.py), an unreachable engine is reported and never fatal, and SIGTERM closes in-flight
-sandboxes before the process exits.
+rollouts.py), an unreachable engine is reported and never fatal, SIGTERM closes in-flight
+sandboxes before the process exits, and (SANDBOX=docker) the task images build in the background from
+the start (prebuild.py) instead of inside each task's first rollout.
 """
 
 from __future__ import annotations
@@ -164,6 +165,12 @@ def main() -> None:
     lines.append(f"stack     sandboxes are named {prefix}-<task>-<id> (STACK_NAME)")
     lines.append(sandboxes.reap(settings.sandbox, prefix))
     os.environ["OPENENV_HARBOR_TRIALS_DIR"] = settings.trials_dir
+
+    # The task images build from here on, in the background, while the engine loads (prebuild.py); each
+    # build reports its own end as it happens, so these lines may come before the startup report.
+    from . import prebuild
+
+    lines += prebuild.begin(settings.sandbox, settings.datasets, prefix, say)
 
     engine = checks.probe_engine(openai_base(settings.engine_url), settings.model)
     lines.append(engine.line())
