@@ -61,12 +61,16 @@ class Prebuilds:
     """Runs `build(target)` once per target, CONCURRENCY at a time, on threads of its own (the server's
     event loop does not exist yet when they start); reports each start, success and failure through `say`.
     `wait(key)` (async, from any loop) returns when that target's build has finished, whatever its outcome,
-    and at once for a key never scheduled."""
+    and at once for a key never scheduled.
+
+    Daemon threads, not a ThreadPoolExecutor: the interpreter joins an executor's workers at exit, so a
+    SIGTERM during a long build would hold the server's exit until Docker killed it at the grace period."""
 
     def __init__(self, build: Callable[[Target], None], say: Callable[[str], None], concurrency: int = CONCURRENCY):
         self._build = build
         self._say = say
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="prebuild")
+        self.concurrency = concurrency
+        self._slots = threading.BoundedSemaphore(concurrency)
         self._futures: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
         self.outcomes: dict[str, str] = {}  # key -> "built" | "failed: ..."
@@ -78,13 +82,22 @@ class Prebuilds:
             with self._lock:
                 if target.key in self._futures:
                     continue
-                self._futures[target.key] = self._pool.submit(self._run, target)
+                future: concurrent.futures.Future = concurrent.futures.Future()
+                self._futures[target.key] = future
+            threading.Thread(target=self._slot, args=(target, future), name="prebuild", daemon=True).start()
         if not targets:
             return ["prebuild  no task image to build (every task names a prebuilt docker_image)"]
         return [
-            f"prebuild  {len(targets)} sandbox image(s) building in the background, {self._pool._max_workers} at a "
+            f"prebuild  {len(targets)} sandbox image(s) building in the background, {self.concurrency} at a "
             f"time, while the engine loads: {'; '.join(t.label for t in targets)}"
         ]
+
+    def _slot(self, target: Target, future: concurrent.futures.Future) -> None:
+        try:
+            with self._slots:
+                self._run(target)
+        finally:
+            future.set_result(None)
 
     def _run(self, target: Target) -> None:
         t0 = time.monotonic()

@@ -130,5 +130,19 @@ def test_nothing_is_prebuilt_for_e2b_and_a_broken_plan_never_stops_the_server(tm
         "prebuild  none: SANDBOX=e2b builds its sandboxes on its own side"
     ]
     # Without Harbor or an unreadable dataset the server still starts; each task's first rollout builds.
-    [line] = begin("docker", [str(tmp_path / "missing")], "stack-", print)
+    [line] = begin("docker", [str(tmp_path)], "stack-", print)  # a folder with no task in it
     assert re.fullmatch(r"prebuild  not started \(\w+: .*\): each task's first rollout builds its image", line), line
+
+
+def test_no_more_builds_at_once_than_the_concurrency():
+    builds = Builds()
+    prebuilds = Prebuilds(builds, [].append, concurrency=1)
+    prebuilds.start([target("a"), target("b")])
+    first = "a" if builds.started["a"].wait(5) else "b"
+    other = "b" if first == "a" else "a"
+    assert not builds.started[other].wait(0.5), "a second build started beside the first"
+    builds.release[first].set()
+    assert builds.started[other].wait(5)
+    builds.release[other].set()
+    prebuilds.join(10)
+    assert prebuilds.outcomes == {"a": "built", "b": "built"}
