@@ -263,3 +263,38 @@ def test_the_rendezvous_stays_on_loopback_whatever_the_env_file_says():
     for name in ("engine", "trainer"):
         env = _nccl_env(cfg["services"][name])
         assert (env["VLLM_HOST_IP"], env["NCCL_SOCKET_IFNAME"]) == ("127.0.0.1", "lo"), name
+
+
+# Every service that runs the trainer image, and the form each compose file builds it in.
+TRAINER_IMAGE_SERVICES = {"preflight", "trainer", "dashboard"}
+
+
+@pytest.mark.parametrize(
+    ("files", "form", "base"),
+    [
+        (COMPOSE_FILES[:1], "gpu", "vllm/vllm-openai:"),
+        (COMPOSE_FILES, "cpu", "asyncgrpo-harbor/mock-engine:"),
+    ],
+    ids=["production", "cpu"],
+)
+def test_the_trainer_image_form_is_a_build_argument(files, form, base):
+    """The trainer Dockerfile does not guess its form from the base: a vLLM base whose Python it did not
+    find once became a CPU image without vllm. Each compose file states the form with the base it pairs."""
+    cfg = compose_config(*files, env={"COMPOSE_PROFILES": "cloudflared,dashboard"})
+    built = {
+        name: svc["build"]
+        for name, svc in cfg["services"].items()
+        if (svc.get("build") or {}).get("dockerfile") == "images/trainer/Dockerfile"
+    }
+    assert set(built) == TRAINER_IMAGE_SERVICES
+    for name, build in built.items():
+        args = build.get("args") or {}
+        assert args.get("TRAINER_FORM") == form, f"{name}: TRAINER_FORM={args.get('TRAINER_FORM')!r}, want {form!r}"
+        assert args.get("BASE_IMAGE", "").startswith(base), f"{name}: the {form} form builds FROM {base}*"
+
+
+def test_the_trainer_dockerfile_decides_its_form_by_the_argument_only():
+    text = (ROOT / "images" / "trainer" / "Dockerfile").read_text()
+    assert re.search(r"^ARG TRAINER_FORM=gpu$", text, re.M), "the Dockerfile's default form is gpu (its default base)"
+    assert 'select-python "$TRAINER_FORM"' in text, "the form is checked against the base before any install"
+    assert "find_spec" not in text, "the form must not be guessed from what the base contains"
