@@ -1,0 +1,100 @@
+"""AGENT_INSTALL=preinstalled against Harbor 0.25.0 and OpenEnv 0.10.0 themselves: the agent Harbor builds from
+OpenEnv's trial config for a rollout is ours, and a task image without mini-swe-agent on PATH fails its install
+with one line naming the Dockerfile line to add (or the other modes).
+
+The sandbox is a shell on this container (a real `bash -c`, with the PATH a task image would have): Harbor's
+docker sandbox needs a task image built for the purpose, and `install()` asks the sandbox nothing but
+`command -v mini-swe-agent`. tests/integration/env_server runs the full rollout in a real docker sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from harbor.agents.factory import AgentFactory
+from harbor.environments.base import ExecResult
+from openenv.harbor import seams
+from openenv.harbor.rollout import build_trial_config
+
+from env_server import agent_install
+
+BASH = shutil.which("bash")
+STARTER_TASK = Path(__file__).resolve().parents[3] / "datasets" / "starter" / "count-lines"
+MISSING = (
+    "AGENT_INSTALL=preinstalled but mini-swe-agent is not on PATH in this task's image: add "
+    "`RUN python3 -m venv /opt/mini-swe-agent && /opt/mini-swe-agent/bin/pip install mini-swe-agent==2.4.6 && "
+    "ln -s /opt/mini-swe-agent/bin/mini-swe-agent /usr/local/bin/mini-swe-agent` to its environment/Dockerfile, "
+    "or set AGENT_INSTALL=online (sandbox needs internet) or wheelhouse"
+)
+
+
+class ShellSandbox:
+    """Runs the agent's install commands in a real shell whose PATH is the task image's."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.commands: list[str] = []
+
+    async def exec(self, command: str, cwd=None, env=None, timeout_sec=None, user=None) -> ExecResult:
+        self.commands.append(command)
+        proc = await asyncio.create_subprocess_exec(
+            BASH,  # by its full path: the child's PATH is the task image's, which has no bash in it
+            "-c",
+            command,
+            env={"PATH": str(self.path)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        return ExecResult(stdout=out.decode(), stderr=err.decode(), return_code=proc.returncode)
+
+
+@pytest.fixture
+def agent(monkeypatch, tmp_path):
+    """The agent Harbor constructs for a preinstalled-mode rollout, from OpenEnv's own trial config."""
+    monkeypatch.setitem(seams.SEAMS, "mini-swe-agent", seams.SEAMS["mini-swe-agent"])  # restored after
+    monkeypatch.setenv("OPENENV_HARBOR_AGENT_VERSIONS", os.environ.get("OPENENV_HARBOR_AGENT_VERSIONS", "{}"))
+    line = agent_install.apply("preinstalled")
+    assert (
+        line == "agent     mini-swe-agent from the task image (AGENT_INSTALL=preinstalled; no download in the sandbox)"
+    )
+    config = build_trial_config(
+        task_dir=STARTER_TASK,
+        harness="mini-swe-agent",
+        sandbox="docker",
+        intercept_url="http://127.0.0.1:1/v1",
+        session_id="s",
+        model="tiny",
+        trial_name="t",
+        trials_dir=tmp_path / "trials",
+        agent_step_limit=4,
+    )
+    built = AgentFactory.create_agent_from_config(config.agent, logs_dir=tmp_path / "logs")
+    assert type(built) is agent_install.PreinstalledMiniSweAgent
+    return built
+
+
+def test_a_task_image_without_the_agent_fails_its_install_with_one_line(agent, tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    sandbox = ShellSandbox(bare)
+    with pytest.raises(RuntimeError) as err:
+        asyncio.run(agent.install(sandbox))
+    assert str(err.value) == MISSING
+    assert sandbox.commands == ["command -v mini-swe-agent"]  # nothing was downloaded or installed
+
+
+def test_a_task_image_with_the_agent_installs_nothing(agent, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "mini-swe-agent"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    sandbox = ShellSandbox(bin_dir)
+    asyncio.run(agent.install(sandbox))
+    assert sandbox.commands == ["command -v mini-swe-agent"]
