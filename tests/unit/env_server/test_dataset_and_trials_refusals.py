@@ -41,3 +41,30 @@ def test_trials_dir_that_cannot_be_written(tmp_path):
         f"TRIALS_DIR={trials} is not writable by env-server (Not a directory); fix the folder's owner on the host "
         "or point TRIALS_DIR elsewhere"
     )
+
+
+def test_an_existing_trials_dir_is_proven_writable_by_writing_in_it(tmp_path):
+    # Root (as in the images) writes through any mode bits: the write fails here because the probe file's
+    # name is taken by a folder, which only an actual write finds out.
+    (tmp_path / "trials" / ".write-test").mkdir(parents=True)
+    trials = str(tmp_path / "trials")
+    with pytest.raises(ConfigError) as err:
+        check_trials_dir(trials, containerised=False)
+    assert str(err.value) == (
+        f"TRIALS_DIR={trials} is not writable by env-server (Is a directory); fix the folder's owner on the host "
+        "or point TRIALS_DIR elsewhere"
+    )
+
+
+def test_trials_dir_not_mounted_at_the_same_path_inside_env_server(tmp_path):
+    trials = str(tmp_path / "trials")
+    with pytest.raises(ConfigError) as err:
+        check_trials_dir(trials, containerised=True, mounts={"/", "/bucket", "/var/run/docker.sock"})
+    assert str(err.value) == (
+        "SANDBOX=docker drives the host's Docker daemon, which resolves Harbor's bind mounts on the host, but "
+        f"TRIALS_DIR={trials} is not mounted into env-server: add the volume '{trials}:{trials}' (same absolute "
+        "path on both sides) to env-server"
+    )
+    assert check_trials_dir(trials, containerised=True, mounts={trials}) == (
+        f"trials    {trials} (writable, same path on host)"
+    )

@@ -1,7 +1,9 @@
 """Preflight refusals no other test triggered, each with its exact one line (the rest of the configuration is
 good, so each failure is the only one of its check)."""
 
-from test_checks import GCSFUSE, failures, good_env, probes_for
+import pytest
+from support import free_port
+from test_checks import GCSFUSE, failures, good_env, probes_for, web  # noqa: F401 -- web is a fixture
 
 from guards.checks import OPT_OUT_PHRASE
 
@@ -34,7 +36,10 @@ def test_blank_sandbox_is_the_default_as_everywhere(tmp_path):
     """Blank reads as unset in every shared reader (compose passes `${X:-}` as ""): the default e2b,
     whose key this environment has, exactly as env-server would read it."""
     assert failures(good_env(tmp_path, SANDBOX="  "), probes_for(tmp_path, GCSFUSE)) == {}
-    assert "sandbox" in failures(good_env(tmp_path, SANDBOX="  ", E2B_API_KEY=""), probes_for(tmp_path, GCSFUSE))
+    assert failures(good_env(tmp_path, SANDBOX="  ", E2B_API_KEY=""), probes_for(tmp_path, GCSFUSE)) == {
+        "sandbox": "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker "
+        "for local sandboxes"
+    }
 
 
 def test_unreadable_mountinfo(tmp_path):
@@ -61,3 +66,30 @@ def test_train_script_override_is_copied_once_and_reused_on_resume(tmp_path):
     assert materialize(resolve(str(script)), run_dir).read_text() == "print('first')\n"
     # A new run gets the new script.
     assert materialize(resolve(str(script)), tmp_path / "checkpoints" / "run2").read_text() == "print('second')\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        (
+            "{tmp}/none.py",
+            "is not a file inside the container: mount it (e.g. under /bucket) and give its "
+            "in-container path, or unset TRAIN_SCRIPT",
+        ),
+        ("{tmp}/bad.py", "is not valid Python (line 1: invalid syntax): fix the script or unset TRAIN_SCRIPT"),
+        ("ftp://x/t.py", "has scheme 'ftp': give an in-container path or an http(s) URL"),
+        ("{dead}/t.py", "cannot be fetched (ConnectionError): fix the URL or unset TRAIN_SCRIPT"),
+        ("{web}/gone.py", "answered HTTP 404: fix the URL (a raw file URL, not a web page) or unset TRAIN_SCRIPT"),
+        (
+            "{web}/page.html",
+            "returned an HTML page, not a Python file: use the raw URL "
+            "(e.g. raw.githubusercontent.com/...) or unset TRAIN_SCRIPT",
+        ),
+    ],
+)
+def test_a_train_script_that_cannot_run_is_refused_before_the_engine_loads(tmp_path, web, spec, why):  # noqa: F811
+    (tmp_path / "bad.py").write_text("def broken(:\n")
+    spec = spec.format(tmp=tmp_path, web=web, dead=f"http://127.0.0.1:{free_port()}")
+    assert failures(good_env(tmp_path, TRAIN_SCRIPT=spec), probes_for(tmp_path, GCSFUSE)) == {
+        "train-script": f"TRAIN_SCRIPT={spec} {why}"
+    }
