@@ -323,9 +323,15 @@ def check_stop_rules(env, probes):
 
 def check_report_to(env, probes):
     """REPORT_TO=wandb without its key: the trainer would refuse at start (trainer/reporting.py). A REPORT_TO
-    outside the choices is trainer-settings' line, not this one's."""
+    outside the choices is trainer-settings' line, not this one's.
+
+    The key is a secret of the trainer alone: preflight is told only whether it is set (WANDB_API_KEY_SET,
+    empty when not). Where neither variable exists at all, this process cannot know, and says nothing: the
+    trainer, which holds the key, refuses with the same line."""
     from trainer import reporting
 
+    if "WANDB_API_KEY" not in env and reporting.KEY_SET not in env:
+        return None
     try:
         return reporting.missing_key(env.get("REPORT_TO") or "trackio", env)
     except reporting.ReportToError:

@@ -71,8 +71,14 @@ WANDB_LINE = (
 
 
 def test_wandb_without_its_key_is_one_line_naming_the_fix(tmp_path):
-    for phase in ("preflight", "trainer"):
-        assert lines(good_env(tmp_path, REPORT_TO="wandb"), tmp_path, phase) == [("report-to", WANDB_LINE)]
+    # The trainer's environment (compose passes WANDB_API_KEY, empty when unset), and preflight's (only
+    # WANDB_API_KEY_SET: ${WANDB_API_KEY:+set}, empty when unset).
+    trainer = good_env(tmp_path, REPORT_TO="wandb", WANDB_API_KEY="")
+    assert lines(trainer, tmp_path, "trainer") == [("report-to", WANDB_LINE)]
+    preflight = good_env(tmp_path, REPORT_TO="wandb", WANDB_API_KEY_SET="")
+    assert lines(preflight, tmp_path, "preflight") == [("report-to", WANDB_LINE)]
+    # Told nothing about the key at all: this process cannot know; the trainer checks it.
+    assert lines(good_env(tmp_path, REPORT_TO="wandb"), tmp_path) == []
     with pytest.raises(reporting.ReportToError) as err:
         reporting.check("wandb", {})
     assert str(err.value) == WANDB_LINE
