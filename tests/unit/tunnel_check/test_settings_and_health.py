@@ -54,16 +54,24 @@ def test_provider_modes():
 
 def test_health_follows_the_handoff(tmp_path):
     s = load(HANDOFF_DIR=str(tmp_path), TUNNEL_CHECK_INTERVAL_S="1", TUNNEL_CHECK_TIMEOUT_S="0.5")
-    ok, line = health.status(s)
-    assert not ok and "tunnel-check has published nothing" in line
+    assert health.status(s) == (
+        False,
+        "unhealthy: no verified URL is published (no URL verified yet (tunnel-check has published nothing))",
+    )
 
     handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", s.valid_for_s, tmp_path)
-    ok, line = health.status(s)
-    assert ok and "a-b-c-d.trycloudflare.com" in line
+    path = tmp_path / HANDOFF_FILE
+    doc = json.loads(path.read_text())
+    doc["verified_at"] = time.time() - 12  # verified 12 s ago, still within its validity
+    path.write_text(json.dumps(doc))
+    assert health.status(s) == (
+        True,
+        "healthy: https://a-b-c-d.trycloudflare.com (cloudflared-quick) serves capture proxy instance abc, "
+        "verified 12.0s ago",
+    )
 
     handoff.withdraw("HTTP 530 error 1033", tmp_path)
-    ok, line = health.status(s)
-    assert not ok and "HTTP 530 error 1033" in line
+    assert health.status(s) == (False, "unhealthy: no verified URL is published (withdrawn: HTTP 530 error 1033)")
 
 
 def test_health_rejects_an_expired_record(tmp_path):
@@ -72,10 +80,13 @@ def test_health_rejects_an_expired_record(tmp_path):
     handoff.publish("https://a-b-c-d.trycloudflare.com", "abc", "cloudflared-quick", s.valid_for_s, tmp_path)
     path = tmp_path / HANDOFF_FILE
     doc = json.loads(path.read_text())
-    doc["valid_until"] = time.time() - 5
+    doc["verified_at"], doc["valid_until"] = time.time() - 20, time.time() - 5
     path.write_text(json.dumps(doc))
-    ok, line = health.status(s)
-    assert not ok and "its record expired 5s ago" in line and "stopped re-checking" in line
+    assert health.status(s) == (
+        False,
+        "unhealthy: no verified URL is published (https://a-b-c-d.trycloudflare.com was last verified 20s ago and "
+        "its record expired 5s ago: tunnel-check has stopped re-checking it (docker compose logs tunnel-check))",
+    )
 
 
 def test_the_monitor_writes_valid_until_from_its_own_schedule(tmp_path):
