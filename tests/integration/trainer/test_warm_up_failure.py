@@ -14,6 +14,7 @@ from unittest import mock
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
+from trainer import healthcheck
 from trainer.config import from_env
 from trainer.factory import prompt_row
 from trainer.stop_rules import from_env as stop_rules_from_env
@@ -71,6 +72,11 @@ def test_a_sandbox_that_failed_stops_the_run_with_one_line_and_status_failed(tmp
     )
     assert isinstance(err, SystemExit) and str(err) == line
     assert (status["state"], status["error"], status["step"]) == ("failed", f"SystemExit: {line}", 0), status
+    # What the trainer container's healthcheck prints (docker compose ps / inspect).
+    assert healthcheck.check(status, now=0, stale_after_s=600) == (
+        False,
+        f"trainer failed at step 0/200: SystemExit: {line}",
+    )
 
 
 def test_an_engine_without_token_ids_stops_the_run_naming_the_vllm_flags(tmp_path):
