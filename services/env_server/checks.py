@@ -156,7 +156,13 @@ def check_docker() -> str:
         info = None
     # `docker info --format` exits 0 with an empty answer when no daemon answers: check the answer.
     if info is None or info.returncode != 0 or not info.stdout.strip():
-        detail = " ".join(((info.stderr if info else "") or "timed out").split())[:160]
+        # An answer with nothing on stderr is not a timeout (it was reported as one): say what came back.
+        if info is None:
+            detail = "timed out"
+        else:
+            detail = " ".join(info.stderr.split())[:160] or (
+                f"`docker info` exited {info.returncode} with no server version"
+            )
         raise ConfigError(
             "SANDBOX=docker but the Docker daemon does not answer from env-server "
             f"({detail}): mount /var/run/docker.sock into env-server (compose.cpu.yaml does)"
