@@ -15,6 +15,7 @@ from tunnel_check import probe
 
 ME = "6c1f0e4a9b8d4f2e8a7b6c5d4e3f2a1b"
 URL = "https://four-dashed-word-url.trycloudflare.com"
+GET = f"GET {URL}/health"
 
 PAGE_1033 = """<!DOCTYPE html>
 <!--[if lt IE 7]> <html class="no-js ie6 oldie" lang="en-US"> <![endif]-->
@@ -51,15 +52,22 @@ def test_own_instance_is_verified():
 def test_dead_tunnel_530_page_names_error_1033():
     v = through(lambda r: httpx.Response(530, text=PAGE_1033, headers={"content-type": "text/html"}))
     assert not v.ok and v.cause == probe.PROVIDER_PAGE
-    assert "HTTP 530" in v.detail and "error 1033" in v.detail
-    assert "Cloudflare Tunnel error" in v.detail  # the snippet
+    assert v.detail == (
+        f"provider error page: {GET} -> HTTP 530, Cloudflare error 1033: the tunnel is not connected to the edge "
+        "(the forwarding process is dead, restarting or cannot reach Cloudflare); page: 'Cloudflare Tunnel error | "
+        "four-dashed-word-url.trycloudflare.com | Cloudflare Error 1033 Ray ID: 99e3e433659710be \u2022 2025-11-14 "
+        "04:51:02 UTC Cloudflare Tunnel er...'"
+    )
 
 
 def test_dead_origin_502_page():
     v = through(lambda r: httpx.Response(502, text=PAGE_502, headers={"content-type": "text/html; charset=UTF-8"}))
     assert v.cause == probe.PROVIDER_PAGE
-    assert "HTTP 502" in v.detail and "origin did not answer" in v.detail
-    assert "Bad gateway" in v.detail
+    assert v.detail == (
+        f"provider error page: {GET} -> HTTP 502, the tunnel is up but its origin did not answer it (is the capture "
+        "proxy at the tunnel's --url alive?); page: 'four-dashed-word-url.trycloudflare.com | 502: Bad gateway Bad "
+        "gateway Error code 502 The web server reported a bad gateway error.'"
+    )
 
 
 def test_html_with_200_is_not_a_health_document():
@@ -68,23 +76,37 @@ def test_html_with_200_is_not_a_health_document():
             200, text="<html><title>Gradio</title><body>app</body></html>", headers={"content-type": "text/html"}
         )
     )
-    assert v.cause == probe.NOT_JSON and "Gradio" in v.detail
+    assert v.cause == probe.NOT_JSON
+    assert v.detail == (
+        f"HTML or other non-JSON body: {GET} -> HTTP 200 text/html, not the proxy's JSON health document: 'Gradio app'"
+    )
 
 
 def test_json_from_another_instance_is_rejected_with_both_ids():
     v = through(lambda r: httpx.Response(200, json={"status": "ok", "instance": "f" * 32}))
     assert v.cause == probe.OTHER_INSTANCE
-    assert "f" * 32 in v.detail and ME in v.detail
+    assert v.detail == (
+        f"JSON from another proxy instance: {GET} answered instance {'f' * 32}, this proxy is {ME}: the URL routes "
+        "to a different capture proxy (an old run, another stack, or the wrong port behind the tunnel); sessions "
+        "minted here would be rejected there"
+    )
 
 
 def test_json_without_instance_is_not_a_capture_proxy():
     v = through(lambda r: httpx.Response(200, json={"status": "healthy"}))
     assert v.cause == probe.NOT_CAPTURE
+    assert v.detail == (
+        f'JSON without an instance id: {GET} -> JSON without `instance` (\'{{"status":"healthy"}}\'): not an '
+        "OpenEnv capture proxy"
+    )
 
 
 def test_non_200_json_is_an_unexpected_status():
     v = through(lambda r: httpx.Response(401, json={"detail": "unknown session"}))
-    assert v.cause == probe.BAD_STATUS and "HTTP 401" in v.detail
+    assert v.cause == probe.BAD_STATUS
+    assert (
+        v.detail == f'unexpected HTTP status: {GET} -> HTTP 401 (application/json): \'{{"detail":"unknown session"}}\''
+    )
 
 
 def test_timeout():
@@ -92,7 +114,8 @@ def test_timeout():
         raise httpx.ReadTimeout("timed out", request=request)
 
     v = through(slow)
-    assert v.cause == probe.TIMEOUT and "2s" in v.detail
+    assert v.cause == probe.TIMEOUT
+    assert v.detail == f"timeout: {GET} got no answer within 2s (ReadTimeout)"
 
 
 def test_unresolvable_hostname_is_named_as_such():
