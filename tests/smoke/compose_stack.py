@@ -54,6 +54,11 @@ class Stack:
         ]
         return run(base + list(args), check=check, timeout=timeout, env=self.env)
 
+    def down(self, check: bool = False) -> subprocess.CompletedProcess:
+        """Everything of this project, volumes and profiled services (the dashboard) included: a plain
+        `down` leaves a profiled service's container running."""
+        return self.compose("--profile", "dashboard", "down", "-v", "--remove-orphans", "--timeout", "60", check=check)
+
     # --- what Docker saw -------------------------------------------------------------------
     def start_recording(self) -> None:
         """Docker's event stream for this project: starts, deaths, health transitions, with times."""
@@ -146,8 +151,30 @@ def _bytes(text: str) -> int:
     return 0
 
 
-def listening_sockets() -> set[tuple[str, int]]:
-    """(address, port) of every TCP listener on the host, from the kernel's own table."""
+def listening_sockets(project: str) -> set[tuple[str, int]]:
+    """(address, port) of every TCP listener held by a process of this compose project's containers, from
+    the kernel's own tables: a socket's inode (/proc/net/tcp*) matched to the file descriptors of the
+    processes whose cgroup is one of the project's containers. Host-wide tables would count whatever else
+    this machine runs (another stack, an editor's server) as ours."""
+    ids = set(
+        run(
+            ["docker", "ps", "-q", "--no-trunc", "--filter", f"label=com.docker.compose.project={project}"], check=False
+        ).stdout.split()
+    )
+    inodes: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cgroup = (proc / "cgroup").read_text()
+            if not any(cid in cgroup for cid in ids):
+                continue
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue  # the process ended while we read it
     sockets = set()
     for table, family in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
         try:
@@ -156,7 +183,7 @@ def listening_sockets() -> set[tuple[str, int]]:
             continue
         for line in lines:
             cols = line.split()
-            if cols[3] != "0A":  # LISTEN
+            if cols[3] != "0A" or cols[9] not in inodes:  # LISTEN, and ours
                 continue
             addr_hex, port_hex = cols[1].split(":")
             sockets.add((_addr(addr_hex, family), int(port_hex, 16)))
@@ -175,11 +202,13 @@ def _addr(hex_addr: str, family: int) -> str:
     return str(addr.ipv4_mapped or addr)
 
 
-def docker_objects() -> dict[str, set[str]]:
-    """Containers, networks and volumes on this daemon, by name, to diff before and after."""
+def docker_objects(project: str) -> dict[str, set[str]]:
+    """This project's containers, networks and volumes by name, its sandboxes' included (the env server
+    names every sandbox's compose project `<project>--<task>-<hex>`): only what this stack could have made,
+    so other work on the daemon cannot fail the comparison."""
 
     def names(args: list[str]) -> set[str]:
-        return set(run(args, check=False).stdout.split())
+        return {n for n in run(args, check=False).stdout.split() if n.startswith(project)}
 
     return {
         "containers": names(["docker", "ps", "-a", "--format", "{{.Names}}"]),

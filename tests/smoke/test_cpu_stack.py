@@ -44,7 +44,9 @@ def stack(tmp_path_factory):
         "E2B_API_KEY": "e2b_" + secrets.token_hex(12),
     }
     # Its own ports, not the defaults (8000/8001/8100/20241): the test must pass beside whatever else holds those.
-    ports = dict(zip(("ENGINE_PORT", "ENV_SERVER_PORT", "CAPTURE_PORT", "TUNNEL_METRICS_PORT"), free_ports(4)))
+    ports = dict(
+        zip(("ENGINE_PORT", "ENV_SERVER_PORT", "CAPTURE_PORT", "TUNNEL_METRICS_PORT", "DASHBOARD_PORT"), free_ports(5))
+    )
     env_file = run_dir / "smoke.env"
     env_file.write_text(
         "".join(
@@ -60,8 +62,7 @@ def stack(tmp_path_factory):
         )
     )
     env = clean_env()
-    before_objects = docker_objects()
-    before_sockets = listening_sockets()
+    before_objects = docker_objects(PROJECT)
 
     s = Stack(env_file=env_file, env=env)
     s.secret_values = secret_values
@@ -69,8 +70,7 @@ def stack(tmp_path_factory):
     s.bucket = bucket
     s.trials = trials
     s.before_objects = before_objects
-    s.before_sockets = before_sockets
-    s.compose("down", "-v", "--remove-orphans", check=False)
+    s.down()
     s.start_recording()
     s.t_up = time.time()
     try:
@@ -79,22 +79,39 @@ def stack(tmp_path_factory):
         s.stop_recording()
         # Whatever failed, leave nothing running for the next run (test_teardown_* asserts the clean
         # state when everything else passed).
-        s.compose("down", "-v", "--remove-orphans", "--timeout", "60", check=False)
+        s.down()
+
+
+def engine_logprobs(stack) -> dict:
+    """The engine's logprobs for one fixed prompt and seed: they change only if its weights changed."""
+    import httpx
+
+    body = {"prompt": "def add(a, b):", "max_tokens": 4, "temperature": 1.0, "seed": 7, "logprobs": 3}
+    answer = httpx.post(f"http://127.0.0.1:{stack.ports['ENGINE_PORT']}/v1/completions", json=body, timeout=60)
+    answer.raise_for_status()
+    return answer.json()["choices"][0]["logprobs"]
 
 
 @pytest.fixture(scope="module")
 def trained(stack):
-    """`up -d` returns once every service is started (compose itself waits on each depends_on
-    condition); then wait for the trainer to finish its steps."""
+    """The engine first (with preflight before it), to read its logprobs before any weight sync; then
+    `up -d --wait`, as the README says, which returns once every service is running and healthy (the
+    trainer's healthcheck included); then wait for the trainer to finish its steps."""
     try:
-        stack.compose("up", "-d", timeout=UP_TIMEOUT_S)
+        stack.compose("up", "-d", "--wait", "engine", timeout=UP_TIMEOUT_S)
+        stack.logprobs_before = engine_logprobs(stack)
+        stack.compose("up", "-d", "--wait", timeout=UP_TIMEOUT_S)
+        stack.trainer_health_after_wait = stack.health("trainer")
+        # While the run trains: the status command's verdict, with the engine's metrics behind it.
+        stack.status_while_training = status_json(stack)
         stack.wait_for(
             "the trainer to finish its steps",
             lambda: stack.state("trainer")[0] == "exited",
             TRAIN_TIMEOUT_S,
             poll_s=5,
         )
-        stack.sockets_while_up = listening_sockets()
+        stack.sockets_while_up = listening_sockets(PROJECT)
+        stack.logprobs_after = engine_logprobs(stack)
         stack.logs = stack.compose("logs", "--no-color", check=False).stdout
     except BaseException:
         print(stack.diagnostics())
@@ -186,13 +203,46 @@ def test_rollouts_ran_the_agent_in_sandboxes_with_token_ids_and_no_forking(train
     assert trials, f"no Harbor trial ran an agent under {trained.trials}"
 
 
+def test_up_wait_saw_the_trainer_healthy_and_status_gave_a_verdict_with_engine_metrics(trained):
+    assert trained.trainer_health_after_wait == "healthy", trained.trainer_health_after_wait
+    st = trained.status_while_training
+    metrics = st["engine"]["metrics"]
+    assert metrics["running"] is not None and metrics["waiting"] is not None, metrics
+    line = st["verdict"]
+    assert line.startswith("verdict: ") and "engine metrics unavailable" not in line, line
+    assert f"engine {metrics['running']:.0f} running, {metrics['waiting']:.0f} waiting, KV cache " in line, line
+    print(f"\nsmoke: {line}")
+
+
+def test_the_engine_serves_the_trained_weights(trained):
+    """Same prompt, same seed: different logprobs after two steps, or the weight sync moved nothing."""
+    assert trained.logprobs_before != trained.logprobs_after, trained.logprobs_after
+
+
+def test_the_dashboard_serves_the_run_over_http(trained):
+    import httpx
+
+    trained.compose("--profile", "dashboard", "up", "-d", "--wait", "dashboard", timeout=600)
+    page = httpx.get(f"http://127.0.0.1:{trained.ports['DASHBOARD_PORT']}/", timeout=30)
+    assert page.status_code == 200 and "TensorBoard" in page.text, (page.status_code, page.text[:300])
+    runs = httpx.get(f"http://127.0.0.1:{trained.ports['DASHBOARD_PORT']}/data/runs", timeout=30).json()
+    assert runs, "the dashboard lists no run from the bucket"
+
+
 def test_only_the_capture_proxy_is_reachable_from_outside_loopback(trained):
-    new = trained.sockets_while_up - trained.before_sockets
+    new = trained.sockets_while_up
+    assert new, "no listening socket found for the stack's processes: the socket scan is broken"
     exposed = {(a, p) for a, p in new if not a.startswith("127.") and a != "::1"}
     doc = handoff_verdict(trained)["verified"]
     standin_port = int(doc["url"].rsplit(":", 1)[1].split("/")[0])
     assert {p for _, p in exposed} <= {standin_port}, f"listening beyond loopback: {sorted(exposed)}"
     assert not any(a in ("0.0.0.0", "::") for a, _ in new), f"something binds all interfaces: {sorted(new)}"
+
+
+def running_sandboxes() -> list[str]:
+    """Sandbox containers of this stack now: the env server names their compose projects `<stack>--...`."""
+    names = run(["docker", "ps", "--format", "{{.Names}}"], check=False).stdout.split()
+    return [n for n in names if n.startswith(PROJECT + "--")]
 
 
 def test_no_secret_reaches_a_log(trained):
@@ -219,8 +269,13 @@ def test_status_command_reports_the_running_stack(trained):
     assert st["tunnel"]["valid_for_s"] > 0, st["tunnel"]
     assert st["engine"]["capture_level"] == "tokens", st["engine"]
     # Rollouts the trainer started but no longer needs run to their end (bounded by AGENT_TIMEOUT_S):
-    # status must show them, not hide them.
-    assert st["env_server"]["inflight"] == len(st["env_server"]["labels"])
+    # status must show them, not hide them: its count agrees with the sandboxes Docker runs for this stack
+    # (read at one poll, as they come and go).
+    trained.wait_for(
+        "status's in-flight count to match the stack's running sandboxes",
+        lambda: status_json(trained)["env_server"]["inflight"] == len(running_sandboxes()),
+        120,
+    )
     assert st["env_server"]["advertised_url"] == st["tunnel"]["url"]
     training = st["training"]
     assert training["state"] == "finished" and training["step"] == 2, training
@@ -234,6 +289,9 @@ def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
     verdict = handoff_verdict(trained)
     assert verdict["verified"] is None and verdict["record"]["state"] == "withdrawn", verdict
     assert verdict["no_url_because"].startswith("withdrawn: "), verdict
+    st = status_json(trained)
+    assert st["tunnel"]["trusted"] is False, st["tunnel"]
+    assert st["verdict"].startswith("verdict: ROLLOUTS REFUSED: the capture URL is not trusted (withdrawn: "), st
     from openenv.harbor.client import HarborEnv
 
     from stack.endpoints import openai_base
@@ -247,8 +305,8 @@ def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
 
 def test_teardown_leaves_nothing_behind(trained):
     t0 = trained.t_up
-    trained.compose("down", "-v", "--remove-orphans", "--timeout", "60")
-    after = docker_objects()
+    trained.down(check=True)
+    after = docker_objects(PROJECT)
     for kind, names in after.items():
         leftover = names - trained.before_objects[kind]
         assert not leftover, f"{kind} left behind: {sorted(leftover)}"
