@@ -135,15 +135,14 @@ def handoff(stack) -> dict:
 
 
 def sandboxes(stack) -> set[str]:
-    """Running Harbor sandboxes of this stack: containers outside the compose project that bind a folder
-    under this stack's trials dir (Harbor's docker environment mounts each trial's folders)."""
-    ids = run(["docker", "ps", "-q"], check=False).stdout.split()
-    info = json.loads(run(["docker", "inspect", *ids], check=False).stdout or "[]") if ids else []
+    """Running Harbor sandboxes of this stack: the env server names each sandbox's compose project
+    `<stack>--<task>-<hex8>__env` (services/env_server/sandboxes.py), so Docker's own project label says
+    whose it is."""
+    out = run(["docker", "ps", "--format", '{{.ID}} {{.Label "com.docker.compose.project"}}'], check=False).stdout
     return {
-        c["Id"][:12]
-        for c in info
-        if (c["Config"].get("Labels") or {}).get("com.docker.compose.project") != PROJECT
-        and any(str(m.get("Source", "")).startswith(str(stack.trials)) for m in c.get("Mounts", []))
+        cid
+        for cid, _, project in (line.partition(" ") for line in out.splitlines())
+        if project.startswith(PROJECT + "--")
     }
 
 
