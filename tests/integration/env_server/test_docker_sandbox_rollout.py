@@ -350,6 +350,17 @@ def _project_containers(trial_name: str) -> list[str]:
     return [line for line in out.splitlines() if trial_name.lower() in line.split(" ")[-1]]
 
 
+def publish(stack) -> None:
+    """Verify and publish the stand-in's URL, as tunnel-check's re-checks would: the last verification may be
+    older than the hand-off's validity by now (the rollout test is long). Run on its own (-k), a test first
+    brings up what the earlier tests would have: the engine and the tunnel stand-in."""
+    if not stack.public_url:
+        stack.start_engine()
+        wait_until(lambda: _models(stack.engine_port), 300, "the mock engine", poll_s=2)
+        stack.public_url = stack.start_standin()
+    stack.verify_and_publish(stack.public_url)
+
+
 CLIENT = """
 import sys
 from openenv.harbor.client import HarborEnv
@@ -364,9 +375,7 @@ with HarborEnv(base_url=sys.argv[1]) as env:
     reason="opt-in with the fault suite (TEST_FAULTS=1): it has not yet passed on the 2-core CI machine",
 )
 def test_a_rollout_whose_trainer_is_killed_is_cancelled_and_its_sandbox_closed(stack):
-    # The last verification may be older than the hand-off's validity by now (the rollout test is long):
-    # publish it again, as tunnel-check's re-checks would.
-    stack.verify_and_publish(stack.public_url)
+    publish(stack)
     before = set(stack.trial_dirs())
     client = subprocess.Popen(
         [sys.executable, "-c", CLIENT, f"http://127.0.0.1:{stack.api_port}", SPLIT, str(TASK)],
@@ -384,7 +393,7 @@ def test_a_rollout_whose_trainer_is_killed_is_cancelled_and_its_sandbox_closed(s
 
 
 def test_sigterm_closes_the_inflight_sandbox(stack):
-    stack.verify_and_publish(stack.public_url)
+    publish(stack)
     before = set(stack.trial_dirs())
     outcome: dict = {}
     worker = threading.Thread(
@@ -449,11 +458,7 @@ def test_wheelhouse_install_in_a_task_image_without_the_agent(stack):
         lambda: "=== env-server startup report" in stack.logs() and stack.logs(), 60, "the startup report", poll_s=1
     )
     assert "agent     wheelhouse /wheelhouse (mini_swe_agent-2.4.6-py3-none-any.whl)" in logs, logs[-3000:]
-    if not stack.public_url:  # run on its own (-k): bring up what the earlier test would have
-        stack.start_engine()
-        wait_until(lambda: _models(stack.engine_port), 300, "the mock engine", poll_s=2)
-        stack.public_url = stack.start_standin()
-    stack.verify_and_publish(stack.public_url)
+    publish(stack)
 
     before = set(stack.trial_dirs())
     result = run_rollout(stack, split="/bare", task_index=0)
