@@ -31,6 +31,10 @@ ONLY_IN_COMPOSE = {
     ("tunnel-check", "TUNNEL_LOG"),
     # The opt-out for remote tasks on local docker sandboxes: SANDBOX=docker is refused on a cluster.
     ("env-server", "SANDBOX_DOCKER_REMOTE_TASKS_OK"),
+    # Whether WANDB_API_KEY is set: compose knows at `up` (`${WANDB_API_KEY:+set}`); the chart reads the key
+    # from a Secret at pod start, unknown at render time, so there the trainer's own check refuses
+    # REPORT_TO=wandb without it (the same line, one pod later).
+    ("preflight", "WANDB_API_KEY_SET"),
 }
 ONLY_IN_CHART = {
     # cloudflared's metrics server is another pod's, not loopback.
