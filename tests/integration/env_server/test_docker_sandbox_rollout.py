@@ -355,6 +355,7 @@ def publish(stack) -> None:
     older than the hand-off's validity by now (the rollout test is long). Run on its own (-k), a test first
     brings up what the earlier tests would have: the engine and the tunnel stand-in."""
     if not stack.public_url:
+        wait_until(stack.healthy, 300, "env-server healthcheck", poll_s=3)
         stack.start_engine()
         wait_until(lambda: _models(stack.engine_port), 300, "the mock engine", poll_s=2)
         stack.public_url = stack.start_standin()
@@ -370,10 +371,6 @@ with HarborEnv(base_url=sys.argv[1]) as env:
 """
 
 
-@pytest.mark.skipif(
-    os.environ.get("TEST_FAULTS") != "1",
-    reason="opt-in with the fault suite (TEST_FAULTS=1): it has not yet passed on the 2-core CI machine",
-)
 def test_a_rollout_whose_trainer_is_killed_is_cancelled_and_its_sandbox_closed(stack):
     publish(stack)
     before = set(stack.trial_dirs())
