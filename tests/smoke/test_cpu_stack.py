@@ -82,14 +82,17 @@ def stack(tmp_path_factory):
         s.down()
 
 
-def engine_logprobs(stack) -> dict:
-    """The engine's logprobs for one fixed prompt and seed: they change only if its weights changed."""
+def engine_weights(stack) -> tuple[int, dict]:
+    """The mock engine's weight version (one per completed weight sync) and its logprobs for one fixed
+    prompt and seed, which change only if the weights it serves changed."""
     import httpx
 
+    engine = f"http://127.0.0.1:{stack.ports['ENGINE_PORT']}"
+    version = httpx.get(engine + "/mock/weight_manifest", timeout=30).json()["weight_version"]
     body = {"prompt": "def add(a, b):", "max_tokens": 4, "temperature": 1.0, "seed": 7, "logprobs": 3}
-    answer = httpx.post(f"http://127.0.0.1:{stack.ports['ENGINE_PORT']}/v1/completions", json=body, timeout=60)
+    answer = httpx.post(engine + "/v1/completions", json=body, timeout=60)
     answer.raise_for_status()
-    return answer.json()["choices"][0]["logprobs"]
+    return version, answer.json()["choices"][0]["logprobs"]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +102,7 @@ def trained(stack):
     trainer's healthcheck included); then wait for the trainer to finish its steps."""
     try:
         stack.compose("up", "-d", "--wait", "engine", timeout=UP_TIMEOUT_S)
-        stack.logprobs_before = engine_logprobs(stack)
+        stack.weights_before = engine_weights(stack)
         stack.compose("up", "-d", "--wait", timeout=UP_TIMEOUT_S)
         stack.trainer_health_after_wait = stack.health("trainer")
         # While the run trains: the status command's verdict, with the engine's metrics behind it.
@@ -111,7 +114,7 @@ def trained(stack):
             poll_s=5,
         )
         stack.sockets_while_up = listening_sockets(PROJECT)
-        stack.logprobs_after = engine_logprobs(stack)
+        stack.weights_after = engine_weights(stack)
         stack.logs = stack.compose("logs", "--no-color", check=False).stdout
     except BaseException:
         print(stack.diagnostics())
@@ -215,8 +218,16 @@ def test_up_wait_saw_the_trainer_healthy_and_status_gave_a_verdict_with_engine_m
 
 
 def test_the_engine_serves_the_trained_weights(trained):
-    """Same prompt, same seed: different logprobs after two steps, or the weight sync moved nothing."""
-    assert trained.logprobs_before != trained.logprobs_after, trained.logprobs_after
+    """TRL syncs the weights once before the first step and once after each step: 3 syncs for 2 steps. The
+    served logprobs (same prompt, same seed) then change exactly when a step had a gradient: on 2 cores a
+    step may train on a zero-spread group only (advantages 0, grad_norm 0), and then nothing moves."""
+    (v0, before), (v1, after) = trained.weights_before, trained.weights_after
+    assert (v0, v1) == (0, 3), (v0, v1)
+    history = json.loads((_run_dir(trained.bucket) / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    grad_norms = [entry["grad_norm"] for entry in history if "grad_norm" in entry]
+    assert len(grad_norms) == 2, history
+    assert (before != after) == any(g > 0 for g in grad_norms), (grad_norms, before, after)
+    print(f"\nsmoke: engine weight version 0 -> 3; grad norms {grad_norms}; served logprobs changed: {before != after}")
 
 
 def test_the_dashboard_serves_the_run_over_http(trained):
@@ -315,7 +326,12 @@ def test_teardown_leaves_nothing_behind(trained):
     status_path = _run_dir(trained.bucket) / "status.json"
     status = json.loads(status_path.read_text())
     assert status.get("first_step_at"), status
+    marks = {
+        f"{s} healthy": trained.first(s, "health_status: healthy") for s in ("engine", "env-server", "tunnel-check")
+    }
+    marks["trainer started"] = trained.first("trainer", "start")
+    print("\nsmoke: " + ", ".join(f"{k} +{v - t0:.0f} s" for k, v in marks.items() if v))
     print(
-        f"\nsmoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
+        f"smoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
         f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB"
     )
