@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from engine_standin import MODEL, Engine
 
 ROOT = Path(__file__).resolve().parents[3]
-MODEL = "Qwen/Qwen3-1.7B"
 
 
 def load_status():
@@ -28,39 +25,11 @@ def load_status():
     return module
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _send(self, doc):
-        raw = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def do_GET(self):
-        self._send({"data": [{"id": MODEL}]})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if body.get("return_token_ids"):
-            entry = {"token": "token_id:7", "logprob": -0.1, "top_logprobs": []}
-            self._send({"prompt_token_ids": [1, 2], "choices": [{"token_ids": [7], "logprobs": {"content": [entry]}}]})
-            return
-        top = [{"token": "token_id:1", "logprob": -0.01}, {"token": "token_id:2", "logprob": -9999.0}]
-        self._send(
-            {"choices": [{"logprobs": {"content": [{"token": "token_id:1", "logprob": -0.01, "top_logprobs": top}]}}]}
-        )
-
-
 @pytest.fixture
 def port():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield str(server.server_address[1])
-    server.shutdown()
+    engine = Engine(lambda temperature: None)  # the runner-up stays masked at every temperature
+    yield engine.url.rsplit(":", 1)[1]
+    engine.close()
 
 
 def test_unproven_logprobs_are_below_tokens_unless_the_engine_accepted_or_proved_the_model(port):
