@@ -67,14 +67,10 @@ def stack():
     s.bucket, s.trials, s.run_dir = bucket, trials, bucket / "checkpoints" / run_name
     s.figures = {}
     s.saves = set()  # every checkpoint step seen complete in this run
-    s.down()
-    s.start_recording()
-    s.t_up = time.time()
     try:
-        yield s
+        with s.session():
+            yield s
     finally:
-        s.stop_recording()
-        s.down()
         # Sandboxes a killed env server left behind (until it reaps them itself at start), and their networks.
         orphans = sandboxes(s)
         if orphans:

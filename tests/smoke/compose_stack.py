@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +60,19 @@ class Stack:
         """Everything of this project, volumes and profiled services (the dashboard) included: a plain
         `down` leaves a profiled service's container running."""
         return self.compose("--profile", "dashboard", "down", "-v", "--remove-orphans", "--timeout", "60", check=check)
+
+    @contextlib.contextmanager
+    def session(self):
+        """The stack's whole life under a test: from a clean project (what an earlier run left is gone),
+        Docker's events and memory recorded from `up`, and whatever happens, nothing left running after."""
+        self.down()
+        self.start_recording()
+        self.t_up = time.time()
+        try:
+            yield self
+        finally:
+            self.stop_recording()
+            self.down()
 
     # --- what Docker saw -------------------------------------------------------------------
     def start_recording(self) -> None:

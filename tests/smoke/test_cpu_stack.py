@@ -70,16 +70,10 @@ def stack(tmp_path_factory):
     s.bucket = bucket
     s.trials = trials
     s.before_objects = before_objects
-    s.down()
-    s.start_recording()
-    s.t_up = time.time()
-    try:
+    # Whatever fails, nothing is left running for the next run (test_teardown_* asserts the clean state
+    # when everything else passed).
+    with s.session():
         yield s
-    finally:
-        s.stop_recording()
-        # Whatever failed, leave nothing running for the next run (test_teardown_* asserts the clean
-        # state when everything else passed).
-        s.down()
 
 
 def engine_weights(stack) -> tuple[int, dict]:
