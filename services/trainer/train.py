@@ -11,10 +11,12 @@ prompt_token_ids stops the run here, naming the vLLM flags, before the model is 
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import os
 import sys
+import threading
 import time
 
 from openenv.core.harness.capture.upstream import training_sampling
@@ -148,15 +150,6 @@ def run(s: Settings, runner=None, rules: StopRules | None = None) -> None:
 def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> None:
     # Before anything imports trackio, which reads its folder once, at import.
     report_to, report_args = reporting.prepare(s.report_to, s.dashboard_dir, s.run_name)
-    import torch
-    from transformers import AutoTokenizer
-    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
-
-    from datasets import Dataset
-
-    from . import cpu_form
-    from .worker import HarborRolloutWorker
-
     all_rows = runner.task_rows()  # training and held-out splits: the env server serves both
     try:
         rows = training_rows(all_rows, s.datasets, s.screened_tasks)
@@ -168,7 +161,80 @@ def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> 
         + (f" (SCREENED_TASKS={s.screened_tasks})" if s.screened_tasks else ""),
         flush=True,
     )
-    warm_up(runner, rows, s)
+    # The warm-up rollout is HTTP waiting; meanwhile this thread imports TRL and spawns the rollout child
+    # (tens of seconds each on 2 cores, measured in the CPU form). The model is loaded only once the
+    # warm-up passed: a bad sandbox or an engine without token ids still stops the run before that.
+    warm = _in_background(warm_up, runner, rows, s)
+    try:
+        config, tokenizer, worker = _prepare(s, rows, runner, report_to, report_args)
+    except stop.StopRequested:
+        raise
+    except Exception:
+        warm.result()  # a failed warm-up is the cause to report: it names the fix
+        raise
+    try:
+        warm.result()
+        _fit(s, runner, status, resume, rules, rows, all_rows, config, tokenizer, worker)
+    finally:
+        # Idempotent: TRL stopped it if training ran; otherwise the child spawned early leaves at its gate,
+        # having started no rollout.
+        worker.stop()
+
+
+def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows, all_rows, config, tokenizer, worker):
+    import torch
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    from datasets import Dataset
+
+    dropped = DroppedSampleCounter()
+    trainer = AsyncGRPOTrainer(
+        model=s.model,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        rollout_worker=worker,
+        weight_transfer=weights.build(s.weight_transfer, s.engine_url),
+        callbacks=[StatusCallback(status), stop.StopCallback(), rules.callback()],
+    )
+    if trainer.weight_transfer is not None:
+        # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag);
+        # wrapping TRL's own client (or the mock's) reports the first sync and names its transport on failure.
+        trainer.weight_transfer = weights.FirstSync(trainer.weight_transfer, s.weight_transfer, os.environ)
+    # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
+    # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
+    trainer.callback_handler.callbacks.insert(0, dropped.callback())
+    hooks.install(trainer, s, runner, all_rows, status)  # periodic evaluation, Hub publishing
+    if torch.cuda.is_available():
+        _report_memory_limits(s, torch.cuda.get_device_properties(0).total_memory / 2**30)
+        if s.compile_layers:
+            for layer in getattr(getattr(trainer.model, "model", None), "layers", []):
+                layer.compile(dynamic=True)
+    else:
+        print("trainer memory: no GPU (CPU form): step-limit and token-budget limits are not derived", flush=True)
+    logger.info("torch %s, cuda=%s, %d task rows", torch.__version__, torch.cuda.is_available(), len(rows))
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    except stop.StopRequested as exc:
+        saved = stop.save_now(trainer)
+        step = trainer.state.global_step
+        status.update(state="stopped", step=step, last_checkpoint=saved if step else None, reason=str(exc))
+        print(
+            f"trainer: stopped at step {step} ({exc}); saved {saved if step else 'nothing (no step yet)'}", flush=True
+        )
+    if stop.requested():
+        print(f"trainer: resume this run with RUN_NAME={s.run_name}", flush=True)
+
+
+def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args):
+    """TRL's config, the tokenizer and the rollout worker, its child spawned (held at its gate)."""
+    from transformers import AutoTokenizer
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from datasets import Dataset
+
+    from . import cpu_form
+    from .worker import HarborRolloutWorker
 
     cpu = cpu_form.install()
     config = AsyncGRPOConfig(
@@ -224,43 +290,22 @@ def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> 
         max_tool_calling_iterations=s.agent_step_limit,
         fork_threshold_tokens=config.fork_threshold_tokens,
     )
-    dropped = DroppedSampleCounter()
-    trainer = AsyncGRPOTrainer(
-        model=s.model,
-        args=config,
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tokenizer,
-        rollout_worker=worker,
-        weight_transfer=weights.build(s.weight_transfer, s.engine_url),
-        callbacks=[StatusCallback(status), stop.StopCallback(), rules.callback()],
-    )
-    if trainer.weight_transfer is not None:
-        # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag);
-        # wrapping TRL's own client (or the mock's) reports the first sync and names its transport on failure.
-        trainer.weight_transfer = weights.FirstSync(trainer.weight_transfer, s.weight_transfer, os.environ)
-    # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
-    # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
-    trainer.callback_handler.callbacks.insert(0, dropped.callback())
-    hooks.install(trainer, s, runner, all_rows, status)  # periodic evaluation, Hub publishing
-    if torch.cuda.is_available():
-        _report_memory_limits(s, torch.cuda.get_device_properties(0).total_memory / 2**30)
-        if s.compile_layers:
-            for layer in getattr(getattr(trainer.model, "model", None), "layers", []):
-                layer.compile(dynamic=True)
-    else:
-        print("trainer memory: no GPU (CPU form): step-limit and token-budget limits are not derived", flush=True)
-    logger.info("torch %s, cuda=%s, %d task rows", torch.__version__, torch.cuda.is_available(), len(rows))
-    try:
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    except stop.StopRequested as exc:
-        saved = stop.save_now(trainer)
-        step = trainer.state.global_step
-        status.update(state="stopped", step=step, last_checkpoint=saved if step else None, reason=str(exc))
-        print(
-            f"trainer: stopped at step {step} ({exc}); saved {saved if step else 'nothing (no step yet)'}", flush=True
-        )
-    if stop.requested():
-        print(f"trainer: resume this run with RUN_NAME={s.run_name}", flush=True)
+    worker.prestart()
+    return config, tokenizer, worker
+
+
+def _in_background(fn, *args) -> concurrent.futures.Future:
+    """fn(*args) on a daemon thread (an executor's worker would hold the interpreter's exit on SIGTERM)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def call() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever calls result()
+            future.set_exception(exc)
+
+    threading.Thread(target=call, name="warm-up", daemon=True).start()
+    return future
 
 
 def _report_memory_limits(s: Settings, card_gib: float) -> None:

@@ -10,19 +10,46 @@ and forks (`rollout/fork_frac`). Added here, under `harbor/`:
   says why not rows per rollout). A multi-turn rollout should be ONE chained row.
 
 Metrics ride TRL's own metric queue from the spawned rollout process to the trainer's `log()`.
+
+The spawned process is started early, while the warm-up rollout runs (`prestart`), and held at a gate
+until TRL starts it after the cold weight sync (rollout_gate.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import threading
+import time
 
 from trl.experimental.async_grpo import async_rollout_worker
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
 from . import group_metrics, stop
+from .rollout_gate import StartGate
+
+logger = logging.getLogger("trainer")
 
 
 class HarborRolloutLoop(_HarnessRolloutLoop):
+    def __init__(self, *, start_gate: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self._start_gate = start_gate
+        self._spawned_start_index = kwargs.get("dataset_start_index", 0)
+
+    def run(self) -> None:
+        # A pre-spawned child (HarborRolloutWorker.prestart): imported and built, it waits for TRL's start.
+        if self._start_gate is not None:
+            start_index = StartGate(self._start_gate).wait()
+            if start_index is None:
+                return
+            if start_index != self._spawned_start_index:
+                # Resume: TRL 1.16.0 sets the position after the child was spawned; position the iterator
+                # as its loop's __init__ does from `dataset_start_index`.
+                start = start_index % len(self.dataset)
+                self._dataset_iter = iter(self.dataset.select(range(start, len(self.dataset))))
+        super().run()
+
     def _push_rollout_metrics(self, *, turns, sequences, completion_ids, tally, loop_exhausted, duration_s):
         # Runs on the worker's event loop for every rollout that produced a result, like TRL's own.
         group_metrics.add_rollout(self._rates, sequences=sequences, loop_exhausted=loop_exhausted, tally=tally)
@@ -50,6 +77,46 @@ class HarborRolloutWorker(HarnessRolloutWorker):
             # (it needs CUDA) and talks to the mock engine, so the check is answered for it, here only.
             async_rollout_worker.is_vllm_available = lambda *a, **k: True
         super().__init__(**kwargs)
+        self._gate: StartGate | None = None
+        self._prestart: threading.Thread | None = None
+        self._prestart_error: BaseException | None = None
+
+    def prestart(self) -> None:
+        """Spawn the rollout child now (it imports for tens of seconds on 2 cores) and let it wait at the
+        gate; TRL's `start()` at train begin then only opens it (rollout_gate.py says why)."""
+        from accelerate.state import PartialState
+
+        # TRL's start() logs through accelerate's logger, which refuses to log before accelerate's state
+        # exists; the Trainer creates it only later. The state is a process-wide singleton: same object.
+        PartialState()
+        self._gate = StartGate.create()
+        self._loop_kwargs["start_gate"] = self._gate.path
+        t0 = time.monotonic()
+
+        def spawn() -> None:
+            try:
+                HarnessRolloutWorker.start(self)  # TRL's spawn and ready-wait, unchanged
+                logger.info("rollout child ready %.0f s after its early spawn", time.monotonic() - t0)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by start(), where TRL expects it
+                self._prestart_error = exc
+
+        self._prestart = threading.Thread(target=spawn, name="rollout-child-prestart", daemon=True)
+        self._prestart.start()
+
+    def start(self) -> None:
+        if self._prestart is None:
+            return super().start()
+        self._prestart.join()
+        if self._prestart_error is not None:
+            raise self._prestart_error
+        # The heartbeat TRL reset at spawn is as old as the wait; the child ticks it once its loop runs.
+        self._heartbeat_value.value = time.time()
+        self._gate.open(self._loop_kwargs["dataset_start_index"])
+
+    def stop(self) -> None:
+        if self._gate is not None:
+            self._gate.close()  # a child still at the gate (stopped before training) leaves at once
+        super().stop()
 
     def check_health(self, stale_after_s: float) -> None:
         # TRL calls this every 5 s while the trainer waits for rollouts: the safe point to stop at on

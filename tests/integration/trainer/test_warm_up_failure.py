@@ -1,6 +1,9 @@
 """A failed warm-up rollout stops the run before the model is loaded: one line naming the fix, and status.json
 says `failed` with that line (what `docker compose ps`'s healthcheck and scripts/status read).
 
+The tokenizer and the rollout child are prepared while the warm-up runs (train._train); MODEL here names
+nothing, so that preparation fails too, and the warm-up's line must still be the one reported.
+
 The real trainer entry (`trainer.train.run`, its settings reader, RunStatus, the warm-up, OpenEnv's result
 model and training contract); the env server is a runner that hands back the rollout result an env server
 returns for a sandbox that failed, or for an engine started without token ids. Runs in the trainer image
@@ -11,6 +14,7 @@ import json
 import os
 from unittest import mock
 
+import huggingface_hub.constants
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
@@ -47,7 +51,9 @@ def start(tmp_path, result):
     }
     runner = OneResult(result)
     # run() sets the dashboards' folders in os.environ (reporting.prepare): put back what was there.
-    with mock.patch.dict(os.environ, env):
+    # Offline, so the tokenizer of a model that is nowhere fails at once (the Hub client reads
+    # HF_HUB_OFFLINE at import, hence the constant; online it retries for 46 s on a machine without DNS).
+    with mock.patch.dict(os.environ, env), mock.patch.object(huggingface_hub.constants, "HF_HUB_OFFLINE", True):
         settings = from_env(env)
         with pytest.raises(BaseException) as err:
             run(settings, runner=runner, rules=stop_rules_from_env(env))
