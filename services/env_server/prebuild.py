@@ -76,24 +76,34 @@ class Prebuilds:
         self.outcomes: dict[str, str] = {}  # key -> "built" | "failed: ..."
 
     def start(self, targets: Iterable[Target]) -> list[str]:
-        """Schedule every target; returns the startup report's lines (the builds report themselves later)."""
+        """Schedule every target; returns the startup report's lines (the builds report themselves later).
+
+        The first target builds alone, the rest once it is done: a dataset's task images usually share
+        their first layers (the starter tasks share the mini-swe-agent install), and this Docker's
+        classic builder runs a layer twice when two builds reach it at once. Measured on the 2-core
+        machine from a cold cache: two starter images side by side took 86 s each; the rest then came
+        from the cache in 0 s. The first target is the first task served, usually the warm-up's."""
         targets = list(targets)
+        first: concurrent.futures.Future | None = None
         for target in targets:
             with self._lock:
                 if target.key in self._futures:
                     continue
                 future: concurrent.futures.Future = concurrent.futures.Future()
                 self._futures[target.key] = future
-            threading.Thread(target=self._slot, args=(target, future), name="prebuild", daemon=True).start()
+            threading.Thread(target=self._slot, args=(target, future, first), name="prebuild", daemon=True).start()
+            first = first or future
         if not targets:
             return ["prebuild  no task image to build (every task names a prebuilt docker_image)"]
         return [
-            f"prebuild  {len(targets)} sandbox image(s) building in the background, {self.concurrency} at a "
-            f"time, while the engine loads: {'; '.join(t.label for t in targets)}"
+            f"prebuild  {len(targets)} sandbox image(s) building in the background while the engine loads, the "
+            f"first alone, then {self.concurrency} at a time: {'; '.join(t.label for t in targets)}"
         ]
 
-    def _slot(self, target: Target, future: concurrent.futures.Future) -> None:
+    def _slot(self, target: Target, future: concurrent.futures.Future, after: concurrent.futures.Future | None) -> None:
         try:
+            if after is not None:
+                concurrent.futures.wait([after])
             with self._slots:
                 self._run(target)
         finally:

@@ -38,29 +38,38 @@ class Builds:
             raise self.fail[t.key]
 
 
-def test_builds_run_side_by_side_once_per_image_and_report_themselves():
+def test_the_first_builds_alone_then_the_rest_side_by_side_once_per_image_and_report_themselves():
     builds, said = Builds(), []
     prebuilds = Prebuilds(builds, said.append, concurrency=2)
-    lines = prebuilds.start([target("a", "count-lines", "sum-numbers"), target("b", "write-greeting")])
+    lines = prebuilds.start(
+        [target("a", "count-lines", "sum-numbers"), target("b", "write-greeting"), target("c", "fix-typo")]
+    )
     assert lines == [
-        "prebuild  2 sandbox image(s) building in the background, 2 at a time, while the engine loads: "
-        "count-lines, sum-numbers (a); write-greeting (b)"
+        "prebuild  3 sandbox image(s) building in the background while the engine loads, the first alone, then 2 "
+        "at a time: count-lines, sum-numbers (a); write-greeting (b); fix-typo (c)"
     ]
-    # Both builds are running at once before either is allowed to finish.
-    assert builds.started["a"].wait(5) and builds.started["b"].wait(5)
+    # The first alone: the layers the others share are then in the cache, not built twice at once.
+    assert builds.started["a"].wait(5)
+    time.sleep(0.2)  # (short: the done line below rounds a's build time to 0 s)
+    assert not builds.started["b"].is_set() and not builds.started["c"].is_set()
+    builds.release["a"].set()
+    # Then the rest at once, before either is allowed to finish.
+    assert builds.started["b"].wait(5) and builds.started["c"].wait(5)
     # Scheduling the same image again (another dataset listing the same environment) builds nothing more.
     prebuilds.start([target("a", "count-lines")])
-    builds.release["a"].set()
     builds.release["b"].set()
+    builds.release["c"].set()
     prebuilds.join(10)
-    assert sorted(builds.calls) == ["a", "b"]
-    assert prebuilds.outcomes == {"a": "built", "b": "built"}
+    assert sorted(builds.calls) == ["a", "b", "c"]
+    assert prebuilds.outcomes == {"a": "built", "b": "built", "c": "built"}
     assert sorted(said) == sorted(
         [
             "prebuild  count-lines, sum-numbers (a): building",
             "prebuild  write-greeting (b): building",
+            "prebuild  fix-typo (c): building",
             "prebuild  count-lines, sum-numbers (a): done in 0 s",
             "prebuild  write-greeting (b): done in 0 s",
+            "prebuild  fix-typo (c): done in 0 s",
         ]
     )
 
