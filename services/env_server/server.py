@@ -164,6 +164,10 @@ def main() -> None:
     sandboxes.install_prefix(prefix)
     lines.append(f"stack     sandboxes are named {prefix}-<task>-<id> (STACK_NAME)")
     lines.append(sandboxes.reap(settings.sandbox, prefix))
+    if settings.sandbox == "docker":
+        from . import sandbox_stop
+
+        lines.append(sandbox_stop.install())
     os.environ["OPENENV_HARBOR_TRIALS_DIR"] = settings.trials_dir
 
     # The task images build from here on, in the background, while the engine loads (prebuild.py); each
