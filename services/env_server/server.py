@@ -27,7 +27,10 @@ log = logging.getLogger("env_server")
 
 
 def say(line: str = "") -> None:
-    print(line, flush=True)
+    # One write per line: print() writes the newline separately, and the prebuild threads' lines came
+    # out joined ("...: buildingprebuild  rollout ... waited").
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def fail(lines: str) -> None:
