@@ -1,7 +1,8 @@
 """The one canonical AsyncGRPO training script for Harbor tasks.
 
-    guards -> run name / resume -> task rows from the env server -> ONE serial warm-up rollout ->
-    AsyncGRPOTrainer(rollout_worker=HarborRolloutWorker(factory), weight_transfer=nccl|mock) -> train
+    guards -> run name / resume -> task rows from the env server -> ONE serial warm-up rollout
+                                                 (meanwhile: TRL import, tokenizer, rollout child spawned)
+    -> AsyncGRPOTrainer(rollout_worker=HarborRolloutWorker(factory), weight_transfer=nccl|mock) -> train
 
 The warm-up rollout runs alone before any group runs concurrently: the first rollout of a sandbox
 template builds it (E2B template, docker image), and eight parallel first rollouts would build it eight
