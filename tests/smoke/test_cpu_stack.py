@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,11 @@ def stack(tmp_path_factory):
     )
     env = clean_env()
     before_objects = docker_objects(PROJECT)
+    # Harbor names task images hb__<environment id>; whether they exist decides whether the first rollouts
+    # wait for their build (the time to the first step is printed with this count).
+    task_images = subprocess.run(
+        ["docker", "images", "-q", "--filter", "reference=hb__*"], capture_output=True, text=True, check=True
+    ).stdout.split()
 
     s = Stack(env_file=env_file, env=env)
     s.secret_values = secret_values
@@ -70,6 +76,7 @@ def stack(tmp_path_factory):
     s.bucket = bucket
     s.trials = trials
     s.before_objects = before_objects
+    s.task_images_before = len(set(task_images))
     # Whatever fails, nothing is left running for the next run (test_teardown_* asserts the clean state
     # when everything else passed).
     with s.session():
@@ -330,5 +337,10 @@ def test_teardown_leaves_nothing_behind(trained):
     print("\nsmoke: " + ", ".join(f"{k} +{v - t0:.0f} s" for k, v in marks.items() if v))
     print(
         f"smoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
-        f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB"
+        f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB; "
+        + (
+            "no task sandbox image before up (built during this run)"
+            if trained.task_images_before == 0
+            else f"{trained.task_images_before} task sandbox image(s) already built before up"
+        )
     )
