@@ -88,7 +88,8 @@ class HarborRolloutWorker(HarnessRolloutWorker):
 
         # TRL's start() logs through accelerate's logger, which refuses to log before accelerate's state
         # exists; the Trainer creates it only later. The state is a process-wide singleton: same object.
-        PartialState()
+        if not PartialState().is_main_process:
+            return  # TRL runs the rollout child on the main process only (and calls start() there only)
         self._gate = StartGate.create()
         self._loop_kwargs["start_gate"] = self._gate.path
         t0 = time.monotonic()
