@@ -120,6 +120,7 @@ def trained(stack):
         stack.sockets_while_up = listening_sockets(PROJECT)
         stack.weights_after = engine_weights(stack)
         stack.logs = stack.compose("logs", "--no-color", check=False).stdout
+        stack.timed_logs = stack.compose("logs", "--no-color", "--timestamps", check=False).stdout
     except BaseException:
         print(stack.diagnostics())
         raise
@@ -318,6 +319,22 @@ def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
     assert result.reward is None and "tunnel not verified" in (result.error or ""), result
 
 
+def logged_at(timed_logs: str, text: str, done: bool = False) -> float | None:
+    """The time of the first `docker compose logs --timestamps` line containing `text` (and, with done,
+    also ": done in"), as a Unix time; None when no line has it."""
+    from datetime import datetime
+
+    for line in timed_logs.splitlines():
+        if text in line and (not done or ": done in" in line):
+            stamp = line.split("|", 1)[1].split()[0] if "|" in line else ""
+            try:
+                # Docker prints nanoseconds; Python reads microseconds.
+                return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
+            except ValueError:
+                continue
+    return None
+
+
 def test_teardown_leaves_nothing_behind(trained):
     t0 = trained.t_up
     trained.down(check=True)
@@ -334,6 +351,14 @@ def test_teardown_leaves_nothing_behind(trained):
         f"{s} healthy": trained.first(s, "health_status: healthy") for s in ("engine", "env-server", "tunnel-check")
     }
     marks["trainer started"] = trained.first("trainer", "start")
+    # Where the rest of the time went, from the services' own lines (the first of each).
+    for name, line in (
+        ("first task image built", "prebuild  "),
+        ("warm-up done", "trainer: warm-up rollout done"),
+        ("rollout child ready", "rollout child ready"),
+        ("first sync", "trainer: first weight sync done"),
+    ):
+        marks[name] = logged_at(trained.timed_logs, line, done=name == "first task image built")
     print("\nsmoke: " + ", ".join(f"{k} +{v - t0:.0f} s" for k, v in marks.items() if v))
     print(
         f"smoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
