@@ -364,7 +364,8 @@ def test_teardown_leaves_nothing_behind(trained):
         f"smoke: up -> first training step {status['first_step_at'] - t0:.0f} s; "
         f"total {time.time() - t0:.0f} s; peak stack memory {trained.peak_mem_bytes / 2**30:.2f} GiB; "
         + (
-            "no task sandbox image before up (built during this run)"
+            "no task sandbox image before up (built during this run, from whatever layers Docker had cached: see "
+            "'first task image built' above)"
             if trained.task_images_before == 0
             else f"{trained.task_images_before} task sandbox image(s) already built before up"
         )
