@@ -14,6 +14,7 @@ time and the stack's peak memory.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import subprocess
@@ -319,19 +320,20 @@ def test_killing_the_tunnel_withdraws_the_url_and_refuses_rollouts(trained):
     assert result.reward is None and "tunnel not verified" in (result.error or ""), result
 
 
+# `docker compose logs --timestamps`: "<service>  | 2026-11-30T06:37:28.121630396Z <line>".
+TIMED_LINE = re.compile(r"\|\s(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?Z\s(.*)$")
+
+
 def logged_at(timed_logs: str, text: str, done: bool = False) -> float | None:
-    """The time of the first `docker compose logs --timestamps` line containing `text` (and, with done,
-    also ": done in"), as a Unix time; None when no line has it."""
-    from datetime import datetime
+    """The time of the first timestamped log line containing `text` (and, with done, also ": done in"),
+    as a Unix time; None when no line has it."""
+    from datetime import UTC, datetime
 
     for line in timed_logs.splitlines():
-        if text in line and (not done or ": done in" in line):
-            stamp = line.split("|", 1)[1].split()[0] if "|" in line else ""
-            try:
-                # Docker prints nanoseconds; Python reads microseconds.
-                return datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp()
-            except ValueError:
-                continue
+        match = TIMED_LINE.search(line)
+        if match and text in match[3] and (not done or ": done in" in match[3]):
+            whole = datetime.fromisoformat(match[1]).replace(tzinfo=UTC).timestamp()
+            return whole + float(match[2] or 0)  # Docker prints nanoseconds; fromisoformat takes at most micro
     return None
 
 

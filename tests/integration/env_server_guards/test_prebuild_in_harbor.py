@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from docker_cli import docker, require_daemon
 
 from env_server import prebuild
 
@@ -26,14 +26,9 @@ pytestmark = pytest.mark.docker
 STARTER = Path(__file__).resolve().parents[3] / "datasets" / "starter" / "count-lines"
 
 
-def docker(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
-
-
 @pytest.fixture
 def dataset(tmp_path):
-    if shutil.which("docker") is None or docker("info").returncode != 0:
-        pytest.fail("no Docker daemon: run with the socket mounted (tests/run-in-image does)")
+    require_daemon()
     stamp = secrets.token_hex(6)
     shared = f"shared-{stamp}"
     for task, marker, slow in (("alpha", shared, False), ("beta", shared, False), ("gamma", f"gamma-{stamp}", True)):

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 
 import pytest
+from docker_cli import docker
 
 from env_server.sandboxes import PROJECT_LABEL, reap, trial_prefix
 
 IMAGE = os.environ.get("ENV_SERVER_IMAGE", "asyncgrpo-harbor/env-server:local")
-
-
-def docker(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
