@@ -15,8 +15,19 @@ app.kubernetes.io/instance: {{ .root.Release.Name | quote }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* Every user string reaches a manifest through `quote` or `toYaml`, never bare: a newline in a value
+must stay inside that value, not become a field (tests/unit/helm/test_hostile_values.py). */}}
 {{- define "agh.image" -}}
-{{ .root.Values.images.registry }}asyncgrpo-harbor/{{ .image }}:{{ .root.Values.images.tag }}
+{{ printf "%sasyncgrpo-harbor/%s:%s" .root.Values.images.registry .image .root.Values.images.tag | quote }}
+{{- end -}}
+
+{{- define "agh.pullSecrets" -}}
+{{- with .Values.images.pullSecrets }}
+imagePullSecrets:
+  {{- range . }}
+  - name: {{ . | quote }}
+  {{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* One `- name: X value: "..."` per config key, in the order given, stringified as compose passes them. */}}
@@ -39,7 +50,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "agh.bucketClaim" -}}
-{{ .Values.bucket.existingClaim | default (printf "%s-bucket" (include "agh.name" .)) }}
+{{ .Values.bucket.existingClaim | default (printf "%s-bucket" (include "agh.name" .)) | quote }}
 {{- end -}}
 
 {{- define "agh.engineGpus" -}}
@@ -77,6 +88,15 @@ tests/unit/helm checks the two agree).
 {{/* Refusals the schema cannot express, each one line that names the fix (rendered before anything else). */}}
 {{- define "agh.validate" -}}
 {{- $c := .Values.config -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
+{{- fail (printf "release name %q cannot name this chart's Services: use lowercase letters, digits and '-', starting with a letter (DNS-1035)" .Release.Name) -}}
+{{- end -}}
+{{- range $name := splitList "," $c.TASK_ENV_ALLOW -}}
+{{- $name = trim $name -}}
+{{- if regexMatch "(?i)(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|CREDENTIALS|AUTH|COOKIE)S?(_|$)" $name -}}
+{{- fail (printf "config.TASK_ENV_ALLOW names %s, which looks like a secret: tasks run model-written code, and whatever they may read leaves with it; remove it from TASK_ENV_ALLOW" $name) -}}
+{{- end -}}
+{{- end -}}
 {{- if not (or .Values.bucket.existingClaim .Values.bucket.storageClassName) -}}
 {{- fail "the bucket is not set: give bucket.existingClaim (a ReadWriteMany PVC you made, or one bound to a CSI object-store driver) or bucket.storageClassName (a ReadWriteMany class; the chart makes the PVC and keeps it on uninstall)" -}}
 {{- end -}}
