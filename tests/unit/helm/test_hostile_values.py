@@ -17,6 +17,7 @@ import helm_python as helm
 import pytest
 import yaml
 from unit.helm.helm_render import CHART, REQUIRED, render, render_text
+from unit.helm.pod_security import pod_specs, restricted_violations
 
 MARK = "injectedbyvalue"
 PAYLOADS = {
@@ -129,6 +130,27 @@ EMPTY_SLOTS = {
     ("trainer", "nodeSelector", "pool"): {},
     ("envServer", "nodeSelector", "pool"): {},
     ("cloudflared", "nodeSelector", "pool"): {},
+    ("engine", "podAnnotations", "note"): {},
+    ("trainer", "podLabels", "team"): {},
+    ("envServer", "affinity", "nodeAffinity"): {},
+}
+
+# The escape hatches' strings, each inside an otherwise valid entry.
+HATCHES = {
+    "extraEnv.value": lambda p: {"engine": {"extraEnv": [{"name": "HTTPS_PROXY", "value": p}]}},
+    "extraEnv.secretKeyRef": lambda p: {
+        "trainer": {"extraEnv": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": p, "key": "k"}}}]}
+    },
+    "extraVolumes.configMap": lambda p: {"engine": {"extraVolumes": [{"name": "ca", "configMap": {"name": p}}]}},
+    "extraVolumes.emptyDir": lambda p: {"engine": {"extraVolumes": [{"name": "s", "emptyDir": {"sizeLimit": p}}]}},
+    "extraVolumeMounts.mountPath": lambda p: {"envServer": {"extraVolumeMounts": [{"name": "tmp", "mountPath": p}]}},
+    "extraVolumeMounts.subPath": lambda p: {
+        "envServer": {"extraVolumeMounts": [{"name": "tmp", "mountPath": "/x", "subPath": p}]}
+    },
+    "podSecurity.localhostProfile": lambda p: {"podSecurity": {"seccompProfile": "Localhost", "localhostProfile": p}},
+    "csi.volumeAttributes": lambda p: {
+        "trainer": {"extraVolumes": [{"name": "b", "csi": {"driver": "s3.csi.aws.com", "volumeAttributes": {"a": p}}}]}
+    },
 }
 
 
@@ -189,6 +211,22 @@ def test_an_injected_string_is_refused_or_stays_a_string(path, payload):
         return
     assert_contained(docs)
     assert _identity(docs) == _identity(BASELINE), "the value added or removed an object"
+    for name, pod in pod_specs(docs):
+        assert restricted_violations(pod) == [], name
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+@pytest.mark.parametrize("hatch", sorted(HATCHES))
+def test_an_injected_escape_hatch_string_is_refused_or_stays_a_string(hatch, payload):
+    override = HATCHES[hatch](PAYLOADS[payload])
+    values = {**REQUIRED, **override}
+    docs = _render_or_refuse(values)
+    if docs is None:
+        return
+    assert_contained(docs)
+    assert _identity(docs) == _identity(BASELINE)
+    for name, pod in pod_specs(docs):
+        assert restricted_violations(pod) == [], name
 
 
 def test_every_string_slot_is_exercised():
@@ -226,7 +264,10 @@ def test_every_string_slot_is_exercised():
         ({"gpuResource": "nvidia.com/gpu: 8\n  privileged"}, "/gpuResource"),
         ({"config": {"ENGINE_PORT": "8001\n  hostNetwork: true"}}, "/config/ENGINE_PORT"),
         ({"config": {"CAPTURE_MAX_BODY_MB": 100000}}, "'/config/CAPTURE_MAX_BODY_MB': maximum: got 100,000, want 64"),
-        ({"config": {"CAPTURE_MAX_CONCURRENT": 5000}}, "'/config/CAPTURE_MAX_CONCURRENT': maximum: got 5,000, want 1,024"),
+        (
+            {"config": {"CAPTURE_MAX_CONCURRENT": 5000}},
+            "'/config/CAPTURE_MAX_CONCURRENT': maximum: got 5,000, want 1,024",
+        ),
         ({"config": {"TASK_ENV_ALLOW": "*"}}, "/config/TASK_ENV_ALLOW"),
         ({"config": {"TASK_ENV_ALLOW": "PATH,AWS_*"}}, "/config/TASK_ENV_ALLOW"),
         ({"config": {"TASK_ENV_ALLOW": "HF_TOKEN"}}, "config.TASK_ENV_ALLOW names HF_TOKEN, which looks like a secret"),

@@ -174,3 +174,254 @@ master_address is the trainer's). NCCL's sockets use the pod's interface: `^lo` 
 - name: NCCL_SOCKET_IFNAME
   value: "^lo"
 {{- end -}}
+
+{{/*
+Pod Security "restricted" (README, Pod Security): the pod's half. The global podSecurity, with the
+component's own keys over it; a key set to null globally is left out (OpenShift assigns the UID itself).
+`.comp`: the component's values (engine, envServer, cloudflared, trainer).
+*/}}
+{{- define "agh.podSecurityValues" -}}
+{{- /* Key by key, not sprig's merge: merge keeps the global value over a component's `false`. */ -}}
+{{- $ps := deepCopy .root.Values.podSecurity -}}
+{{- range $key, $value := (default (dict) .comp.podSecurity) }}
+{{- $_ := set $ps $key $value }}
+{{- end }}
+{{- toJson $ps -}}
+{{- end -}}
+
+{{- define "agh.podSecurity" -}}
+{{- $ps := include "agh.podSecurityValues" . | fromJson -}}
+securityContext:
+  {{- if kindIs "bool" $ps.runAsNonRoot }}
+  runAsNonRoot: {{ $ps.runAsNonRoot }}
+  {{- end }}
+  {{- range $key := list "runAsUser" "runAsGroup" "fsGroup" }}
+  {{- if kindIs "float64" (get $ps $key) }}
+  {{ $key }}: {{ get $ps $key | int64 }}
+  {{- else if kindIs "int64" (get $ps $key) }}
+  {{ $key }}: {{ get $ps $key }}
+  {{- else if kindIs "int" (get $ps $key) }}
+  {{ $key }}: {{ get $ps $key }}
+  {{- end }}
+  {{- end }}
+  {{- with $ps.fsGroupChangePolicy }}
+  fsGroupChangePolicy: {{ . | quote }}
+  {{- end }}
+  {{- with $ps.supplementalGroups }}
+  supplementalGroups:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  seccompProfile:
+    type: {{ $ps.seccompProfile | default "RuntimeDefault" | quote }}
+    {{- if eq $ps.seccompProfile "Localhost" }}
+    localhostProfile: {{ $ps.localhostProfile | quote }}
+    {{- end }}
+{{- end -}}
+
+{{/* The container's half: fixed, not values. Nothing this chart runs needs a capability, privilege or
+escalation; readOnlyRootFilesystem is the one switch (writable paths are emptyDirs). */}}
+{{- define "agh.containerSecurity" -}}
+{{- $ps := include "agh.podSecurityValues" . | fromJson -}}
+securityContext:
+  privileged: false
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: {{ ne $ps.readOnlyRootFilesystem false }}
+  capabilities:
+    drop: [ALL]
+{{- end -}}
+
+{{/* The pod spec fields every workload shares: identity, scheduling, security, pull secrets. */}}
+{{- define "agh.podCommon" -}}
+{{- $v := .root.Values -}}
+automountServiceAccountToken: false
+# Service links would add <SERVICE>_PORT=tcp://... variables next to ours (ENGINE_PORT and friends).
+enableServiceLinks: false
+{{- with $v.serviceAccountName }}
+serviceAccountName: {{ . | quote }}
+{{- end }}
+{{- with .comp.runtimeClassName }}
+runtimeClassName: {{ . | quote }}
+{{- end }}
+{{- with .comp.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{ include "agh.podSecurity" . }}
+{{- include "agh.pullSecrets" .root }}
+{{- with .comp.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .comp.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .comp.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod template metadata: the chart's labels (stable across upgrades: nothing here names a version, so a
+Job's immutable template does not change with the chart), then the user's. */}}
+{{- define "agh.podMeta" -}}
+labels:
+  {{- include "agh.selector" . | nindent 2 }}
+  app.kubernetes.io/name: asyncgrpo-harbor
+  {{- with .comp.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .comp.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The user's extraEnv after the chart's variables. `.env`: the container's env block as rendered; a name
+the chart already sets is refused (two values for one name: the later one silently wins).
+*/}}
+{{- define "agh.extraEnv" -}}
+{{- $env := .env -}}
+{{- range .comp.extraEnv }}
+{{- if regexMatch (printf "(?m)^- name: %s$" .name) $env }}
+{{- fail (printf "extraEnv sets %s, which the chart already sets for this container: use the chart's value (config.%s or the matching key) instead" .name .name) }}
+{{- end }}
+{{- end }}
+{{- with .comp.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A writable /tmp (and HOME in it): the root filesystem is read-only and the UID has no home. */}}
+{{- define "agh.tmpVolume" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .size | quote }}
+{{- end -}}
+
+{{/* Variables for a UID with no /etc/passwd entry: HOME for caches (vLLM, Triton, FlashInfer, Hugging
+Face's token cache), USER for getpass (torch's compile cache directory is named after the user). */}}
+{{- define "agh.homeEnv" -}}
+- name: HOME
+  value: /tmp
+- name: USER
+  value: asyncgrpo
+{{- end -}}
+
+{{- define "agh.extraMounts" -}}
+{{- with .comp.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "agh.extraVolumes" -}}
+{{- with .comp.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A container's resources: the values' requests and limits, plus the GPUs (`.gpus`, limits only: the
+request of an extended resource defaults to its limit, so the two cannot differ). */}}
+{{- define "agh.resources" -}}
+{{- $res := deepCopy (default (dict) .res) -}}
+{{- if .gpus -}}
+{{- $_ := set $res "limits" (merge (dict .root.Values.gpuResource .gpus) (default (dict) (get $res "limits"))) -}}
+{{- end -}}
+{{- with $res }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "agh.preflightEnv" -}}
+{{ include "agh.guardEnv" (dict "root" .root "gpus" .gpus) }}
+{{ include "agh.trainEnv" (dict "root" .root) }}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "TUNNEL_HOSTNAME")) | trim }}
+{{ include "agh.secretEnv" (dict "root" .root "key" "E2B_API_KEY" "optional" false) }}
+{{ include "agh.secretEnv" (dict "root" .root "key" "TUNNEL_TOKEN" "optional" (not (include "agh.namedTunnel" .root))) | trim }}
+{{ include "agh.homeEnv" . }}
+{{- end -}}
+
+{{- define "agh.engineEnv" -}}
+{{ include "agh.configEnv" (dict "root" . "names" (list "MODEL" "ENGINE_PORT" "ENGINE_MAX_MODEL_LEN" "ENGINE_GPU_MEMORY_UTILIZATION" "ENGINE_TENSOR_PARALLEL_SIZE" "ENGINE_DATA_PARALLEL_SIZE" "ENGINE_DTYPE" "TOOL_CALL_PARSER" "REASONING_PARSER" "CHAT_TEMPLATE_KWARGS" "ENGINE_EXTRA_ARGS" "ENGINE_LOGPROBS_UNPROVEN_OK")) | trim }}
+- name: DEPLOYMENT
+  value: kubernetes
+# The pod's own address (no wildcard); the NetworkPolicies decide who gets in.
+- name: ENGINE_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: HF_HOME
+  value: /bucket/hf-home
+{{ include "agh.ncclEnv" (dict "root" .) }}
+# The pause/resume/weight-update routes TRL's AsyncGRPO calls exist only in dev mode.
+- name: VLLM_SERVER_DEV_MODE
+  value: "1"
+{{ include "agh.secretEnv" (dict "root" . "key" "HF_TOKEN" "optional" true) }}
+{{ include "agh.homeEnv" . }}
+{{- end -}}
+
+{{- define "agh.trainerEnv" -}}
+{{ include "agh.guardEnv" (dict "root" .root "gpus" .gpus) }}
+{{ include "agh.trainEnv" (dict "root" .root) }}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "HUB_MODEL_ID" "HUB_PUSH_CHECKPOINTS" "HUB_PRIVATE" "HUB_PUSH_ATTEMPTS" "HUB_RETRY_S" "HUB_FINAL_WAIT_S" "HF_ENDPOINT")) | trim }}
+- name: PYTORCH_CUDA_ALLOC_CONF
+  value: expandable_segments:True
+{{ include "agh.ncclEnv" (dict "root" .root) }}
+{{ include "agh.secretEnv" (dict "root" .root "key" "HF_TOKEN" "optional" true) }}
+{{ include "agh.secretEnv" (dict "root" .root "key" "HUB_TOKEN" "optional" true) }}
+{{ include "agh.secretEnv" (dict "root" .root "key" "WANDB_API_KEY" "optional" true) }}
+{{ include "agh.homeEnv" . }}
+{{- end -}}
+
+{{- define "agh.envServerEnv" -}}
+{{- $name := include "agh.name" . -}}
+{{- $c := .Values.config -}}
+{{ include "agh.configEnv" (dict "root" . "names" (list "ENV_SERVER_PORT" "CAPTURE_PORT" "MODEL" "DATASETS" "EVAL_DATASETS" "SANDBOX" "MAX_OUTPUT_TOKENS" "MAX_CONCURRENT_ENVS" "MAX_INFLIGHT_ROLLOUTS" "TUNNEL_PROVIDER" "AGENT_INSTALL" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL")) | trim }}
+- name: STACK_NAME
+  value: {{ $c.STACK_NAME | default (include "agh.name" .) | quote }}
+# The pod's own address (never a wildcard: the env server refuses one for the capture proxy).
+# The trainer reaches the Task API and cloudflared the capture proxy through Services; the
+# NetworkPolicies admit exactly those two.
+- name: ENV_SERVER_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: CAPTURE_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: ENGINE_URL
+  value: "http://{{ $name }}-engine:{{ $c.ENGINE_PORT }}"
+- name: TRIALS_DIR
+  value: /var/lib/asyncgrpo-harbor/trials
+- name: HANDOFF_DIR
+  value: /handoff
+- name: SHUTDOWN_GRACE_S
+  value: {{ $c.ENV_SERVER_SHUTDOWN_GRACE_S | toString | quote }}
+- name: WHEELHOUSE_DIR
+  value: /wheelhouse
+{{ include "agh.secretEnv" (dict "root" . "key" "E2B_API_KEY" "optional" false) }}
+{{ include "agh.secretEnv" (dict "root" . "key" "OPENENV_CAPTURE_ADMIN_KEY" "optional" true) }}
+{{ include "agh.secretEnv" (dict "root" . "key" "HF_TOKEN" "optional" true) }}
+{{ include "agh.homeEnv" . }}
+{{- end -}}
+
+{{- define "agh.tunnelCheckEnv" -}}
+{{- $name := include "agh.name" . -}}
+{{ include "agh.configEnv" (dict "root" . "names" (list "TUNNEL_PROVIDER" "TUNNEL_HOSTNAME" "TUNNEL_METRICS_PORT" "DIRECT_URL" "GRADIO_SHARE_SERVER" "CAPTURE_PORT" "TUNNEL_CHECK_INTERVAL_S" "TUNNEL_CHECK_FAILURES_TO_WITHDRAW" "TUNNEL_CHECK_TIMEOUT_S")) | trim }}
+# "1" for a named tunnel: tunnel-check knows one is configured without holding the token.
+- name: TUNNEL_NAMED
+  value: {{ include "agh.namedTunnel" . | quote }}
+# The proxy in this pod, at the address it binds.
+- name: CAPTURE_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+# cloudflared runs in its own pod; its metrics server (GET /quicktunnel) names the URL.
+- name: TUNNEL_METRICS_HOST
+  value: {{ printf "%s-cloudflared-metrics" $name | quote }}
+- name: HANDOFF_DIR
+  value: /handoff
+{{ include "agh.homeEnv" . }}
+{{- end -}}
