@@ -87,9 +87,14 @@ def test_the_named_tunnel_renders_and_validates(render_chart, values):
     assert token["valueFrom"]["secretKeyRef"] == {"name": "asyncgrpo-harbor", "key": "TUNNEL_TOKEN", "optional": False}
 
 
-def test_other_providers_run_no_cloudflared(render_chart, values):
-    docs = render_chart(values({"config": {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "http://10.0.0.5:8100"}}))
-    assert not [d for d in docs if "cloudflared" in d["metadata"]["name"] and d["kind"] != "NetworkPolicy"]
+def test_other_providers_run_no_cloudflared_and_admit_nothing_for_it(render_chart, values):
+    docs = render_chart(values({"config": {"TUNNEL_PROVIDER": "gradio"}}))
+    assert not [d for d in docs if "cloudflared" in d["metadata"]["name"]]
+    # Policies only for what runs: nobody is admitted to the capture port (gradio's forwarder dials out
+    # from inside the env-server pod), and the env server reaches no cloudflared.
+    (env,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "grpo-env-server"]
+    assert "cloudflared" not in str(env)
+    assert [r["ports"] for r in env["spec"]["ingress"]] == [[{"protocol": "TCP", "port": 8000}]]
 
 
 # -- secrets -------------------------------------------------------------------------------------------
@@ -163,8 +168,13 @@ def test_an_explicit_run_name_is_kept_verbatim(render_chart, values):
         ({"config": {"MAX_CONCURRENT_ENVS": 4}}, helm.HelmRenderError, "MAX_CONCURRENT_ENVS=4 is below"),
         (
             {"config": {"TUNNEL_PROVIDER": "direct"}},
+            helm.HelmValuesError,
+            "at '/config/TUNNEL_PROVIDER': value must be one of 'cloudflared', 'gradio'",
+        ),
+        (
+            {"config": {"DIRECT_URL": "http://10.0.0.5:8100"}},
             helm.HelmRenderError,
-            "TUNNEL_PROVIDER=direct needs config.DIRECT_URL",
+            "config.DIRECT_URL is for TUNNEL_PROVIDER=direct, which this chart refuses",
         ),
         ({"config": {"ENGINE_PORT": 8100}}, helm.HelmRenderError, "must all differ"),
         ({"config": {"TUNNEL_CHECK_TIMEOUT_S": 12}}, helm.HelmRenderError, "TUNNEL_CHECK_TIMEOUT_S=12 must be below"),

@@ -69,6 +69,15 @@ install (read back with `lookup` on upgrade); otherwise a fresh one in the train
 tests/unit/helm checks the two agree).
 */}}
 {{- define "agh.runName" -}}
+{{- /* Computed once per render and kept in .Values (one map for every template of this chart), so NOTES
+prints the name the ConfigMap holds: a second evaluation would draw a new stamp and suffix. */ -}}
+{{- if not (hasKey .Values "_agh_runName") -}}
+{{- $_ := set .Values "_agh_runName" (include "agh.freshOrKeptRunName" .) -}}
+{{- end -}}
+{{- get .Values "_agh_runName" -}}
+{{- end -}}
+
+{{- define "agh.freshOrKeptRunName" -}}
 {{- $config := .Values.config -}}
 {{- if $config.RUN_NAME -}}
 {{ $config.RUN_NAME }}
@@ -106,8 +115,8 @@ tests/unit/helm checks the two agree).
 {{- if lt (int $c.MAX_CONCURRENT_ENVS) (int $c.MAX_INFLIGHT_ROLLOUTS) -}}
 {{- fail (printf "config.MAX_CONCURRENT_ENVS=%v is below config.MAX_INFLIGHT_ROLLOUTS=%v: each in-flight rollout holds one env session; raise MAX_CONCURRENT_ENVS" $c.MAX_CONCURRENT_ENVS $c.MAX_INFLIGHT_ROLLOUTS) -}}
 {{- end -}}
-{{- if and (eq $c.TUNNEL_PROVIDER "direct") (not $c.DIRECT_URL) -}}
-{{- fail "config.TUNNEL_PROVIDER=direct needs config.DIRECT_URL: the capture proxy's URL as the sandboxes reach it" -}}
+{{- if $c.DIRECT_URL -}}
+{{- fail "config.DIRECT_URL is for TUNNEL_PROVIDER=direct, which this chart refuses (nothing outside the release may reach the capture port but through the tunnel): leave it empty" -}}
 {{- end -}}
 {{- if and $c.TUNNEL_HOSTNAME (ne $c.TUNNEL_PROVIDER "cloudflared") -}}
 {{- fail (printf "config.TUNNEL_HOSTNAME is set but config.TUNNEL_PROVIDER=%s: a named tunnel is cloudflared's; unset TUNNEL_HOSTNAME or use cloudflared" $c.TUNNEL_PROVIDER) -}}
@@ -424,4 +433,10 @@ resources:
 - name: HANDOFF_DIR
   value: /handoff
 {{ include "agh.homeEnv" . }}
+{{- end -}}
+
+{{/* The capture proxy as the tunnel reaches it: the Service's cluster DNS name. A named tunnel's route at
+Cloudflare must be exactly this URL. */}}
+{{- define "agh.captureURL" -}}
+{{ printf "http://%s-capture.%s.svc.cluster.local:%v" (include "agh.name" .) .Release.Namespace .Values.config.CAPTURE_PORT }}
 {{- end -}}
