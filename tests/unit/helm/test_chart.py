@@ -30,7 +30,7 @@ def test_renders_the_designed_workloads(manifests):
         [
             ("PersistentVolumeClaim", "grpo-bucket"),
             ("ConfigMap", "grpo-run"),
-            ("Deployment", "grpo-engine"),
+            ("Job", "grpo-engine"),
             ("Service", "grpo-engine"),
             ("Service", "grpo-engine-ready"),
             ("Deployment", "grpo-env-server"),
@@ -46,6 +46,9 @@ def test_renders_the_designed_workloads(manifests):
             ("NetworkPolicy", "grpo-env-server"),
             ("NetworkPolicy", "grpo-cloudflared"),
             ("NetworkPolicy", "grpo-trainer"),
+            ("PodDisruptionBudget", "grpo-engine"),
+            ("PodDisruptionBudget", "grpo-env-server"),
+            ("PodDisruptionBudget", "grpo-trainer"),
         ]
     )
 
@@ -140,7 +143,7 @@ def test_a_fresh_run_name_has_the_trainers_format(manifests):
 def test_an_explicit_run_name_is_kept_verbatim(render_chart, values):
     docs = render_chart(values({"config": {"RUN_NAME": "qwen3-resume-me"}}))
     assert _run_name(docs) == "qwen3-resume-me"
-    trainer = next(d for d in docs if d["kind"] == "Job")
+    trainer = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "grpo-trainer")
     (var,) = [v for v in trainer["spec"]["template"]["spec"]["containers"][0]["env"] if v["name"] == "RUN_NAME"]
     assert var["valueFrom"]["configMapKeyRef"] == {"name": f"{RELEASE}-run", "key": "RUN_NAME"}
 

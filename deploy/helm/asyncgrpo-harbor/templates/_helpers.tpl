@@ -387,8 +387,10 @@ resources:
 {{- $name := include "agh.name" . -}}
 {{- $c := .Values.config -}}
 {{ include "agh.configEnv" (dict "root" . "names" (list "ENV_SERVER_PORT" "CAPTURE_PORT" "MODEL" "DATASETS" "EVAL_DATASETS" "SANDBOX" "MAX_OUTPUT_TOKENS" "MAX_CONCURRENT_ENVS" "MAX_INFLIGHT_ROLLOUTS" "TUNNEL_PROVIDER" "AGENT_INSTALL" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL")) | trim }}
+# Unique per namespace and release: env-server reaps the E2B sandboxes named after it at start, so two
+# releases of one name in two namespaces on one E2B key must not share it.
 - name: STACK_NAME
-  value: {{ $c.STACK_NAME | default (include "agh.name" .) | quote }}
+  value: {{ $c.STACK_NAME | default (include "agh.stackName" .) | quote }}
 # The pod's own address (never a wildcard: the env server refuses one for the capture proxy).
 # The trainer reaches the Task API and cloudflared the capture proxy through Services; the
 # NetworkPolicies admit exactly those two.
@@ -439,4 +441,25 @@ resources:
 Cloudflare must be exactly this URL. */}}
 {{- define "agh.captureURL" -}}
 {{ printf "http://%s-capture.%s.svc.cluster.local:%v" (include "agh.name" .) .Release.Namespace .Values.config.CAPTURE_PORT }}
+{{- end -}}
+
+{{/*
+A Job's pod template is immutable. Its hash is recorded on the Job; on `helm upgrade` (lookup reads the
+live Job; `helm template` has no cluster and reads nothing) a different template is refused with the one
+command that makes the upgrade possible, instead of the API server's "field is immutable".
+*/}}
+{{- define "agh.podTemplateHash" -}}
+{{- $hash := sha256sum .pod | trunc 16 -}}
+{{- $live := lookup "batch/v1" "Job" .root.Release.Namespace .job -}}
+{{- if $live -}}
+{{- $was := get (default (dict) $live.metadata.annotations) "asyncgrpo-harbor/pod-template" -}}
+{{- if and $was (ne $was $hash) -}}
+{{- fail (printf "the Job %s runs another pod template (a value it uses changed) and a Job's template is immutable: kubectl -n %s delete job %s --wait (a trainer saves its checkpoint on SIGTERM; the new Job resumes the same run name), then run the upgrade again" .job .root.Release.Namespace .job) -}}
+{{- end -}}
+{{- end -}}
+asyncgrpo-harbor/pod-template: {{ $hash | quote }}
+{{- end -}}
+
+{{- define "agh.stackName" -}}
+{{ printf "%s-%s" (.Release.Name | trunc 33 | trimSuffix "-") (printf "%s/%s" .Release.Namespace .Release.Name | sha256sum | trunc 6) }}
 {{- end -}}
