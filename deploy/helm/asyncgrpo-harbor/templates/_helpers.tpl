@@ -100,6 +100,7 @@ prints the name the ConfigMap holds: a second evaluation would draw a new stamp 
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
 {{- fail (printf "release name %q cannot name this chart's Services: use lowercase letters, digits and '-', starting with a letter (DNS-1035)" .Release.Name) -}}
 {{- end -}}
+{{- include "agh.validateBucket" . -}}
 {{- range $name := splitList "," $c.TASK_ENV_ALLOW -}}
 {{- $name = trim $name -}}
 {{- if regexMatch "(?i)(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|CREDENTIALS|AUTH|COOKIE)S?(_|$)" $name -}}
@@ -462,4 +463,38 @@ asyncgrpo-harbor/pod-template: {{ $hash | quote }}
 
 {{- define "agh.stackName" -}}
 {{ printf "%s-%s" (.Release.Name | trunc 33 | trimSuffix "-") (printf "%s/%s" .Release.Namespace .Release.Name | sha256sum | trunc 6) }}
+{{- end -}}
+
+{{/*
+The bucket's storage rule: ReadWriteMany, or one node for both pods. An existing claim is read back
+(lookup; at install and upgrade, not under `helm template`) so a claim that cannot be shared is refused
+before any pod waits on Multi-Attach.
+*/}}
+{{- define "agh.validateBucket" -}}
+{{- $b := .Values.bucket -}}
+{{- with $b.existingClaim -}}
+{{- $claim := lookup "v1" "PersistentVolumeClaim" $.Release.Namespace . -}}
+{{- if $claim -}}
+{{- $modes := default (list) $claim.spec.accessModes -}}
+{{- if and (eq $b.accessMode "ReadWriteMany") (not (has "ReadWriteMany" $modes)) -}}
+{{- fail (printf "bucket.existingClaim %s is %s, not ReadWriteMany: engine and trainer would mount it from different nodes (Multi-Attach). Use a ReadWriteMany claim, or set bucket.accessMode=ReadWriteOnce to run the trainer on the engine's node" . (join "," $modes)) -}}
+{{- end -}}
+{{- if and (eq $b.accessMode "ReadWriteOnce") (has "ReadWriteOncePod" $modes) -}}
+{{- fail (printf "bucket.existingClaim %s is ReadWriteOncePod: only one pod may ever mount it, and the engine and the trainer both do. Use a ReadWriteMany or ReadWriteOnce claim" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $b.accessMode "ReadWriteOnce") .Values.trainer.affinity.podAffinity -}}
+{{- fail "bucket.accessMode=ReadWriteOnce places the trainer on the engine's node with a podAffinity of its own; trainer.affinity.podAffinity would replace it: set nodeAffinity or podAntiAffinity only" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The trainer's affinity: the user's, plus the engine's node when the bucket is ReadWriteOnce. */}}
+{{- define "agh.trainerAffinity" -}}
+{{- $aff := deepCopy (default (dict) .Values.trainer.affinity) -}}
+{{- if eq .Values.bucket.accessMode "ReadWriteOnce" -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "agh.selector" (dict "root" . "component" "engine") | fromYaml)) -}}
+{{- $_ := set $aff "podAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- end -}}
+{{- toJson $aff -}}
 {{- end -}}

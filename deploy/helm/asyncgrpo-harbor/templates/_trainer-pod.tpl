@@ -5,7 +5,8 @@ metadata:
   {{- include "agh.podMeta" (dict "root" . "component" "trainer" "comp" .Values.trainer) | nindent 2 }}
 spec:
   restartPolicy: OnFailure
-  {{- include "agh.podCommon" (dict "root" . "comp" .Values.trainer) | nindent 2 }}
+  {{- $comp := merge (dict "affinity" (include "agh.trainerAffinity" . | fromJson)) .Values.trainer }}
+  {{- include "agh.podCommon" (dict "root" . "comp" $comp) | nindent 2 }}
   # Saves a checkpoint on SIGTERM before exiting (compose: TRAINER_STOP_GRACE).
   terminationGracePeriodSeconds: {{ .Values.trainer.terminationGracePeriodSeconds }}
   initContainers:
