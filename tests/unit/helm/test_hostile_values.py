@@ -10,7 +10,11 @@ injections but would still weaken the pods or the network are refused by name.
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 import helm_python as helm
@@ -77,7 +81,9 @@ def assert_contained(docs: list[dict]) -> None:
             assert "hostPort" not in str(container.get("ports", [])), f"{name}/{container['name']}: hostPort"
     for doc in docs:
         for path, key in _keys(doc):
-            assert MARK not in str(key), f"{doc['kind']}/{doc['metadata']['name']}: the payload made a field: {path}"
+            # A key holding the whole payload is the value kept as data (a map key the user named); a key
+            # that IS the payload's field name means the value was parsed as YAML.
+            assert key != MARK, f"{doc['kind']}/{doc['metadata']['name']}: the payload made a field: {path}"
 
 
 def _identity(docs):
@@ -189,17 +195,30 @@ def _with(path, value):
     return values
 
 
-def _render_or_refuse(values, **kw):
+@functools.cache
+def _schemaless_chart():
+    """The chart without values.schema.json: the templates' own quoting, with no schema in front of it."""
+    folder = Path(tempfile.mkdtemp(prefix="agh-schemaless-")) / "chart"
+    atexit.register(shutil.rmtree, folder.parent, True)
+    shutil.copytree(CHART, folder)
+    (folder / "values.schema.json").unlink()
+    return helm.Chart.load(str(folder)).__enter__()
+
+
+def _render_or_refuse(values, schema=True, **kw):
     """The manifests, or None when the chart refused the values (schema or template `fail`)."""
     try:
-        out = render_text(values, **kw)
+        if schema:
+            out = render_text(values, **kw)
+        else:
+            out = _schemaless_chart().render(values, name="grpo", namespace="ml")
     except (helm.HelmValuesError, helm.HelmRenderError):
         return None
     docs = []
     for path, text in sorted(out.items()):
         if not path.endswith("NOTES.txt"):
             # A YAML error here is itself a finding: the value broke the document's structure.
-            docs += [d for d in yaml.safe_load_all(text) if d]
+            docs += [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
     return docs
 
 
@@ -213,6 +232,22 @@ def test_an_injected_string_is_refused_or_stays_a_string(path, payload):
     assert _identity(docs) == _identity(BASELINE), "the value added or removed an object"
     for name, pod in pod_specs(docs):
         assert restricted_violations(pod) == [], name
+
+
+@pytest.mark.parametrize("path", SLOTS, ids=lambda p: ".".join(map(str, p)))
+def test_the_templates_keep_an_injected_string_a_string_even_without_the_schema(path):
+    """Defence in depth: the schema refuses control characters, but each template must also render every
+    user string through quote/toYaml, so a newline stays inside its value (or the template refuses it)."""
+    docs = _render_or_refuse(_with(path, PAYLOADS["newline"]), schema=False)
+    if docs is None:
+        return
+    assert_contained(docs)
+    # Two values choose what runs (a claim of the user's instead of the chart's; no cloudflared for another
+    # provider): those may only remove objects, never add one.
+    if path in (("bucket", "existingClaim"), ("config", "TUNNEL_PROVIDER")):
+        assert set(_identity(docs)) < set(_identity(BASELINE))
+    else:
+        assert _identity(docs) == _identity(BASELINE), "the value added or removed an object"
 
 
 @pytest.mark.parametrize("payload", sorted(PAYLOADS))
