@@ -187,3 +187,56 @@ def test_a_wrong_value_fails_rendering_with_a_clear_message(render_chart, values
     with pytest.raises(error) as caught:
         render_chart(values(override))
     assert message in str(caught.value)
+
+
+# -- every shape the values can give, valid for the API server ------------------------------------------
+
+SHAPES = {
+    "named-tunnel": {"config": {"TUNNEL_HOSTNAME": "capture.example.com"}},
+    "gradio": {"config": {"TUNNEL_PROVIDER": "gradio"}},
+    "read-write-once": {"bucket": {"accessMode": "ReadWriteOnce"}},
+    "existing-claim": {"bucket": {"existingClaim": "team-bucket", "storageClassName": ""}},
+    "openshift": {
+        "podSecurity": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
+        "networkPolicy": {
+            "dnsNamespace": "openshift-dns",
+            "dnsPodLabels": {"dns.operator.openshift.io/daemonset-dns": "default"},
+        },
+    },
+    "scrapers": {
+        "networkPolicy": {
+            "metricsScrapers": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        }
+    },
+    "no-budgets": {"podDisruptionBudget": {"enabled": False}},
+    "hatches": {
+        "serviceAccountName": "runner",
+        "engine": {
+            "runtimeClassName": "nvidia",
+            "priorityClassName": "high",
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "podLabels": {"team": "ml"},
+            "podAnnotations": {"example.com/note": "x"},
+            "extraEnv": [
+                {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            ],
+            "extraVolumes": [
+                {"name": "ca", "secret": {"secretName": "corp-ca", "defaultMode": 292}},
+                {"name": "s3", "csi": {"driver": "s3.csi.aws.com", "volumeAttributes": {"bucketName": "b"}}},
+            ],
+            "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ca", "readOnly": True}],
+            "podSecurity": {"seccompProfile": "Localhost", "localhostProfile": "profiles/vllm.json"},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_shape_validates_strictly_and_lints(render_chart, values, shape):
+    docs = render_chart(values(SHAPES[shape]))
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    report = helm.lint(str(CHART), values(SHAPES[shape]), strict=True, kube_version=f"v{KUBE_VERSION}")
+    assert report["errors"] == [], report
