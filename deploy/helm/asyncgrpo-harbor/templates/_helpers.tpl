@@ -310,7 +310,8 @@ the chart already sets is refused (two values for one name: the later one silent
 {{- end -}}
 
 {{/* Variables for a UID with no /etc/passwd entry: HOME for caches (vLLM, Triton, FlashInfer, Hugging
-Face's token cache), USER for getpass (torch's compile cache directory is named after the user). */}}
+Face's token cache), USER because getpass.getuser() raises without it (Python 3.13, checked in the trainer
+image as UID 10001) and libraries name cache folders after it. */}}
 {{- define "agh.homeEnv" -}}
 - name: HOME
   value: /tmp
