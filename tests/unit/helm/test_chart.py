@@ -30,7 +30,7 @@ def test_renders_the_designed_workloads(manifests):
         [
             ("PersistentVolumeClaim", "grpo-bucket"),
             ("ConfigMap", "grpo-run"),
-            ("Deployment", "grpo-engine"),
+            ("Job", "grpo-engine"),
             ("Service", "grpo-engine"),
             ("Service", "grpo-engine-ready"),
             ("Deployment", "grpo-env-server"),
@@ -46,6 +46,9 @@ def test_renders_the_designed_workloads(manifests):
             ("NetworkPolicy", "grpo-env-server"),
             ("NetworkPolicy", "grpo-cloudflared"),
             ("NetworkPolicy", "grpo-trainer"),
+            ("PodDisruptionBudget", "grpo-engine"),
+            ("PodDisruptionBudget", "grpo-env-server"),
+            ("PodDisruptionBudget", "grpo-trainer"),
         ]
     )
 
@@ -87,9 +90,14 @@ def test_the_named_tunnel_renders_and_validates(render_chart, values):
     assert token["valueFrom"]["secretKeyRef"] == {"name": "asyncgrpo-harbor", "key": "TUNNEL_TOKEN", "optional": False}
 
 
-def test_other_providers_run_no_cloudflared(render_chart, values):
-    docs = render_chart(values({"config": {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "http://10.0.0.5:8100"}}))
-    assert not [d for d in docs if "cloudflared" in d["metadata"]["name"] and d["kind"] != "NetworkPolicy"]
+def test_other_providers_run_no_cloudflared_and_admit_nothing_for_it(render_chart, values):
+    docs = render_chart(values({"config": {"TUNNEL_PROVIDER": "gradio"}}))
+    assert not [d for d in docs if "cloudflared" in d["metadata"]["name"]]
+    # Policies only for what runs: nobody is admitted to the capture port (gradio's forwarder dials out
+    # from inside the env-server pod), and the env server reaches no cloudflared.
+    (env,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "grpo-env-server"]
+    assert "cloudflared" not in str(env)
+    assert [r["ports"] for r in env["spec"]["ingress"]] == [[{"protocol": "TCP", "port": 8000}]]
 
 
 # -- secrets -------------------------------------------------------------------------------------------
@@ -135,7 +143,7 @@ def test_a_fresh_run_name_has_the_trainers_format(manifests):
 def test_an_explicit_run_name_is_kept_verbatim(render_chart, values):
     docs = render_chart(values({"config": {"RUN_NAME": "qwen3-resume-me"}}))
     assert _run_name(docs) == "qwen3-resume-me"
-    trainer = next(d for d in docs if d["kind"] == "Job")
+    trainer = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "grpo-trainer")
     (var,) = [v for v in trainer["spec"]["template"]["spec"]["containers"][0]["env"] if v["name"] == "RUN_NAME"]
     assert var["valueFrom"]["configMapKeyRef"] == {"name": f"{RELEASE}-run", "key": "RUN_NAME"}
 
@@ -163,8 +171,13 @@ def test_an_explicit_run_name_is_kept_verbatim(render_chart, values):
         ({"config": {"MAX_CONCURRENT_ENVS": 4}}, helm.HelmRenderError, "MAX_CONCURRENT_ENVS=4 is below"),
         (
             {"config": {"TUNNEL_PROVIDER": "direct"}},
+            helm.HelmValuesError,
+            "at '/config/TUNNEL_PROVIDER': value must be one of 'cloudflared', 'gradio'",
+        ),
+        (
+            {"config": {"DIRECT_URL": "http://10.0.0.5:8100"}},
             helm.HelmRenderError,
-            "TUNNEL_PROVIDER=direct needs config.DIRECT_URL",
+            "config.DIRECT_URL is for TUNNEL_PROVIDER=direct, which this chart refuses",
         ),
         ({"config": {"ENGINE_PORT": 8100}}, helm.HelmRenderError, "must all differ"),
         ({"config": {"TUNNEL_CHECK_TIMEOUT_S": 12}}, helm.HelmRenderError, "TUNNEL_CHECK_TIMEOUT_S=12 must be below"),
@@ -174,3 +187,56 @@ def test_a_wrong_value_fails_rendering_with_a_clear_message(render_chart, values
     with pytest.raises(error) as caught:
         render_chart(values(override))
     assert message in str(caught.value)
+
+
+# -- every shape the values can give, valid for the API server ------------------------------------------
+
+SHAPES = {
+    "named-tunnel": {"config": {"TUNNEL_HOSTNAME": "capture.example.com"}},
+    "gradio": {"config": {"TUNNEL_PROVIDER": "gradio"}},
+    "read-write-once": {"bucket": {"accessMode": "ReadWriteOnce"}},
+    "existing-claim": {"bucket": {"existingClaim": "team-bucket", "storageClassName": ""}},
+    "openshift": {
+        "podSecurity": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
+        "networkPolicy": {
+            "dnsNamespace": "openshift-dns",
+            "dnsPodLabels": {"dns.operator.openshift.io/daemonset-dns": "default"},
+        },
+    },
+    "scrapers": {
+        "networkPolicy": {
+            "metricsScrapers": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        }
+    },
+    "no-budgets": {"podDisruptionBudget": {"enabled": False}},
+    "hatches": {
+        "serviceAccountName": "runner",
+        "engine": {
+            "runtimeClassName": "nvidia",
+            "priorityClassName": "high",
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "podLabels": {"team": "ml"},
+            "podAnnotations": {"example.com/note": "x"},
+            "extraEnv": [
+                {"name": "HTTPS_PROXY", "value": "http://proxy:3128"},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            ],
+            "extraVolumes": [
+                {"name": "ca", "secret": {"secretName": "corp-ca", "defaultMode": 292}},
+                {"name": "s3", "csi": {"driver": "s3.csi.aws.com", "volumeAttributes": {"bucketName": "b"}}},
+            ],
+            "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ca", "readOnly": True}],
+            "podSecurity": {"seccompProfile": "Localhost", "localhostProfile": "profiles/vllm.json"},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_shape_validates_strictly_and_lints(render_chart, values, shape):
+    docs = render_chart(values(SHAPES[shape]))
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    report = helm.lint(str(CHART), values(SHAPES[shape]), strict=True, kube_version=f"v{KUBE_VERSION}")
+    assert report["errors"] == [], report

@@ -39,6 +39,10 @@ ONLY_IN_COMPOSE = {
 ONLY_IN_CHART = {
     # cloudflared's metrics server is another pod's, not loopback.
     ("tunnel-check", "TUNNEL_METRICS_HOST"),
+    # The pods run as a UID with no /etc/passwd entry on a read-only root filesystem (compose runs the
+    # images as root): HOME points into the pod's writable /tmp for caches, and USER keeps getpass (which
+    # names torch's compile cache directory) from failing on that UID.
+    *((s, n) for s in ("preflight", "engine", "env-server", "tunnel-check", "trainer") for n in ("HOME", "USER")),
 }
 
 
