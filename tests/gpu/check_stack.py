@@ -12,6 +12,9 @@ over NCCL after every step and the engine's logprobs change; one training row pe
 multi-turn rollouts; the engine's logprobs on its own samples match the trained checkpoint's within bf16
 tolerance; checkpoints written. Prints engine start time, generation tokens/s, step time, weight-sync
 seconds and GPU memory of both sides; writes everything to $OUT/gpu-check.json.
+
+Knobs (steps, rollouts per step, concurrent rollouts, resume) and folders: check_settings.py. Every run has
+a fresh run name and folder unless GPU_CHECK_RESUME names an earlier run.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ import threading
 import time
 from pathlib import Path
 
+import check_settings
 import httpx
+from check_wait import NotReady, Readiness, command_check, tail, wait_until
+
+from engine.probe import UNPROVEN_OK
+from stack.env import EnvError
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-RUN = "gpu-check"
-STEPS = 3
 # bf16 on both sides (vLLM's kernels vs transformers' eager forward): per-token logprob differences of a few
 # hundredths on average, tenths at worst, were measured for this shape (issue 15: 0.031 mean / 0.14 max).
 LOGPROB_MEAN_TOL = 0.06
@@ -45,20 +51,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(check, proc, what: str, deadline_s: float) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < deadline_s:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before it was ready")
-        try:
-            if check():
-                return time.monotonic() - t0
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"{what} not ready within {deadline_s}s")
 
 
 class GpuMemory:
@@ -163,12 +155,31 @@ def windows(log: str, key: str) -> list[float]:
     return [float(v) for v in re.findall(rf"'{re.escape(key)}': '?([0-9.e+-]+|nan)'?", log)]
 
 
+def build_model(model: Path) -> None:
+    """Once per version of build_model.py; built aside and renamed, so an interrupted build is never reused."""
+    if (model / "gpu_check_model.json").is_file():
+        return
+    partial = model.with_name(model.name + ".partial")
+    subprocess.run([sys.executable, str(HERE / "build_model.py"), str(partial)], check=True, timeout=600)
+    partial.rename(model)
+
+
 def main() -> int:
-    out_dir = Path(os.environ.get("OUT") or "/tmp/gpu-check-out")
-    work = Path(os.environ.get("GPU_CHECK_WORK") or "/tmp/gpu-check")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
-    figures: dict = {"versions": {}}
+    try:
+        knobs = check_settings.read(os.environ)
+        layout = check_settings.plan(knobs, HERE / "build_model.py", out=os.environ.get("OUT", ""))
+    except EnvError as exc:
+        print(f"gpu-check: {exc}", file=sys.stderr)
+        return 2
+    run, out_dir, work = layout.run, layout.out, knobs.work_root
+    print(
+        f"gpu-check: run {run} ({'resumed at step ' + str(layout.start_step) if knobs.resume else 'fresh'}) in "
+        f"{layout.run_dir}: {knobs.steps} steps, "
+        f"{knobs.rollouts_per_step or f'token-budget ({knobs.token_budget}) packed'} rollouts per step, "
+        f"{knobs.concurrent_rollouts} concurrent",
+        flush=True,
+    )
+    figures: dict = {"versions": {}, "run": run, "knobs": {**knobs.__dict__, "work_root": str(knobs.work_root)}}
     import torch
     import transformers
     import trl
@@ -185,16 +196,22 @@ def main() -> int:
     print(f"versions: {figures['versions']}", flush=True)
     assert torch.cuda.device_count() >= 2, "the check needs two GPUs (engine on 0, trainer on 1)"
 
-    model = work / "model"
-    if not (model / "config.json").is_file():
-        subprocess.run([sys.executable, str(HERE / "build_model.py"), str(model)], check=True, timeout=300)
+    model = layout.model
+    build_model(model)
     memory = GpuMemory()
     memory.start()
     engine_port, capture_port = free_port(), free_port()
     engine_url, capture_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{capture_port}"
     logs = {name: open(out_dir / f"{name}.log", "w") for name in ("engine", "proxy", "trainer")}
     services = os.pathsep.join([str(REPO / "services"), os.environ.get("PYTHONPATH", "")])
-    base_env = {**os.environ, "PYTHONPATH": services, "HF_HOME": str(work / "hf-home"), "PYTHONUNBUFFERED": "1"}
+    base_env = {
+        **os.environ,
+        "PYTHONPATH": services,
+        "HF_HOME": str(layout.run_dir / "hf-home"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    # The production probe grades this engine as it would any: no acceptance of an unmeasurable gap.
+    base_env.pop(UNPROVEN_OK, None)
     t0 = time.monotonic()
     engine = subprocess.Popen(
         [sys.executable, "-m", "engine"],
@@ -212,18 +229,14 @@ def main() -> int:
     )
     procs = [engine]
     try:
-        probe_env = {**base_env, "ENGINE_PORT": str(engine_port)}
-
-        def healthy():
-            return (
-                subprocess.run([sys.executable, "-m", "engine.probe"], env=probe_env, capture_output=True).returncode
-                == 0
-            )
-
-        figures["engine_start_s"] = round(wait_until(healthy, engine, "engine", 420), 1)
-        verdict = subprocess.run(
-            [sys.executable, "-m", "engine.probe"], env=probe_env, capture_output=True, text=True
-        ).stdout.strip()
+        # TMPDIR: the probe remembers a model it proved in the temp folder; a run's own folder keeps an earlier
+        # run's proof (same model path) from standing in for this engine's.
+        (layout.run_dir / "tmp").mkdir(exist_ok=True)
+        probe_env = {**base_env, "ENGINE_PORT": str(engine_port), "TMPDIR": str(layout.run_dir / "tmp")}
+        healthy = command_check([sys.executable, "-m", "engine.probe"], probe_env)
+        start_s = wait_until(healthy, engine, "engine", knobs.engine_timeout_s, log=out_dir / "engine.log")
+        figures["engine_start_s"] = round(start_s, 1)
+        verdict = healthy.said
         print(f"engine up in {figures['engine_start_s']} s: {verdict}", flush=True)
         figures["engine_probe"] = verdict
         from openenv.core.harness.capture.validate_llm import validate_llm
@@ -247,7 +260,12 @@ def main() -> int:
             stderr=subprocess.STDOUT,
         )
         procs.append(proxy)
-        wait_until(lambda: httpx.get(capture_url + "/health", timeout=5).status_code == 200, proxy, "proxy", 60)
+
+        def proxy_health() -> tuple[bool, str]:
+            reply = httpx.get(capture_url + "/health", timeout=5)
+            return reply.status_code == 200, f"/health answered HTTP {reply.status_code}"
+
+        wait_until(Readiness(proxy_health), proxy, "proxy", 60, log=out_dir / "proxy.log")
 
         figures["generation_tok_s"] = {}
         for n in (1, 16, 64):
@@ -256,8 +274,7 @@ def main() -> int:
         figures["gpu_mib_engine_idle"] = memory.sample()
 
         before = first_token_logprobs(engine_url, str(model))
-        bucket = work / "bucket"
-        bucket.mkdir(exist_ok=True)
+        bucket = layout.bucket
         trainer_env = {
             **base_env,
             "CUDA_VISIBLE_DEVICES": "1",
@@ -273,11 +290,7 @@ def main() -> int:
             "COMPOSE_PROFILES": "",
             "DATASETS": "local",
             "MIN_FREE_DISK_GB": "0",
-            "RUN_NAME": RUN,
-            "MAX_STEPS": str(STEPS),
             "NUM_GENERATIONS": "4",
-            "MAX_INFLIGHT_ROLLOUTS": "8",
-            "TOKEN_BUDGET": "4096",
             "SAVE_STEPS": "1",
             # bf16 weights and AdamW state: an update far under a bf16 ulp is rounded away, so 1e-6 (the default)
             # would leave the engine's logprobs unchanged. 5e-4 collapsed the random model to one token by step 2
@@ -287,23 +300,31 @@ def main() -> int:
             "AGENT_STEP_LIMIT": "3",
             "ENGINE_MAX_MODEL_LEN": "8192",
             "REPORT_TO": "tensorboard",
+            # A compile cache, shared by the runs on one machine (it holds no run state).
             "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
+            **check_settings.trainer_env(knobs, run),
         }
         t_train = time.monotonic()
-        trainer = subprocess.run(
-            [sys.executable, str(HERE / "run_trainer.py"), capture_url],
-            env=trainer_env,
-            stdout=logs["trainer"],
-            stderr=subprocess.STDOUT,
-            timeout=int(os.environ.get("GPU_CHECK_TRAIN_TIMEOUT_S", "420")),
-        )
+        try:
+            trainer = subprocess.run(
+                [sys.executable, str(HERE / "run_trainer.py"), capture_url],
+                env=trainer_env,
+                stdout=logs["trainer"],
+                stderr=subprocess.STDOUT,
+                timeout=knobs.train_timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            raise NotReady(
+                f"the trainer did not finish within GPU_CHECK_TRAIN_TIMEOUT_S={knobs.train_timeout_s} s; last "
+                f"lines of {out_dir / 'trainer.log'}:\n{tail(out_dir / 'trainer.log')}"
+            ) from None
         figures["trainer_wall_s"] = round(time.monotonic() - t_train, 1)
         logs["trainer"].flush()
         log = (out_dir / "trainer.log").read_text()
         assert trainer.returncode == 0, log[log.find("Traceback") :][:6000] if "Traceback" in log else log[-6000:]
         after = first_token_logprobs(engine_url, str(model))
 
-        run_dir = bucket / "checkpoints" / RUN
+        run_dir = bucket / "checkpoints" / run
         status = json.loads((run_dir / "status.json").read_text())
         figures["status"] = status
         checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*"))
@@ -332,14 +353,15 @@ def main() -> int:
         (out_dir / "gpu-check.json").write_text(json.dumps(figures, indent=1, default=str))
 
         # --- the assertions -------------------------------------------------------------------------------
-        assert status["state"] == "finished" and status["step"] == STEPS, status
-        assert f"checkpoint-{STEPS}" in checkpoints, checkpoints
-        assert (run_dir / f"checkpoint-{STEPS}" / "model.safetensors").is_file() or list(
-            (run_dir / f"checkpoint-{STEPS}").glob("model*.safetensors")
+        steps, trained = knobs.steps, knobs.steps - layout.start_step
+        assert status["state"] == "finished" and status["step"] == steps, status
+        assert f"checkpoint-{steps}" in checkpoints, checkpoints
+        assert (run_dir / f"checkpoint-{steps}" / "model.safetensors").is_file() or list(
+            (run_dir / f"checkpoint-{steps}").glob("model*.safetensors")
         ), "no model weights in the last checkpoint"
         syncs = figures["perf/weight_sync_s"]
-        assert len(syncs) >= STEPS, f"{len(syncs)} weight syncs logged for {STEPS} steps: {syncs}"
-        assert after != before, f"the engine's logprobs did not change after {STEPS} synced steps: {before}"
+        assert len(syncs) >= trained, f"{len(syncs)} weight syncs logged for {trained} steps: {syncs}"
+        assert after != before, f"the engine's logprobs did not change after {trained} synced steps: {before}"
         assert figures["rollout/samples_per_rollout"] and set(figures["rollout/samples_per_rollout"]) == {1.0}, figures[
             "rollout/samples_per_rollout"
         ]
@@ -360,7 +382,7 @@ def main() -> int:
             f.close()
         (out_dir / "gpu-check.json").write_text(json.dumps(figures, indent=1, default=str))
     print_summary(figures)
-    print("GPU CHECK PASSED", flush=True)
+    print(f"GPU CHECK PASSED (run {run}; train on with GPU_CHECK_RESUME={run} GPU_CHECK_STEPS=N)", flush=True)
     return 0
 
 
