@@ -26,9 +26,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from stack import fields
 from stack.endpoints import openai_base
 from stack.env import Env, EnvError
-from stack.facts import DEFAULT_PORTS
 
 FLAG_IDS = "--return-tokens-as-token-ids"
 FLAG_PROCESSED = "--logprobs-mode processed_logprobs"
@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         base = (
             argv[0]
             if argv
-            else f"http://{read.text('ENGINE_HOST', '127.0.0.1')}:{read.port('ENGINE_PORT', DEFAULT_PORTS['ENGINE_PORT'])}"
+            # Any host the engine binds (a pod's address on Kubernetes), not only the loopback choices.
+            else f"http://{read.text('ENGINE_HOST', fields.ENGINE_HOST.default)}:{read.get(fields.ENGINE_PORT)}"
         )
     except EnvError as exc:
         print(f"engine UNHEALTHY: {exc}")

@@ -1,7 +1,9 @@
-"""The guard checks. Each returns None or one line that says what is wrong AND how to fix it.
+"""The guard checks. Each returns None, one line or a list of lines, each saying what is wrong AND how
+to fix it.
 
-They read a plain mapping (the environment) and take their probes (mountinfo path, GPU counter,
-socket path) as arguments, so every check can be triggered by a test without a GPU or a bucket.
+They read a plain mapping (the environment) through the same field tables the services start with
+(stack.fields, trainer.config, ...), and take their probes (mountinfo path, GPU counter, socket path) as
+arguments, so every check can be triggered by a test without a GPU or a bucket.
 """
 
 from __future__ import annotations
@@ -17,24 +19,50 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from stack import mountinfo
-from stack.env import Env, EnvError
-from stack.facts import (
-    BUCKET_DIR,
-    BUCKET_OPT_OUT_PHRASE,
-    DEFAULT_PORTS,
-    DEFAULT_SANDBOX,
-    DEFAULT_TUNNEL_PROVIDER,
-    SANDBOXES,
-    TUNNEL_PROVIDER_ALIASES,
-    TUNNEL_PROVIDERS,
-)
+from stack import fields, mountinfo
+from stack.env import Env, EnvError, Field, Table
+from stack.facts import BUCKET_OPT_OUT_PHRASE
 
 from . import cluster, disk, ports
 from .bucket import bucket_verdict
 from .train_script import TrainScriptError, resolve
 
 OPT_OUT_PHRASE = BUCKET_OPT_OUT_PHRASE
+F = fields
+# Preflight's own settings, and the shared ones its checks read. The trainer's are read by its own reader
+# (check_trainer_settings), the stop rules' by theirs: one rule, one place.
+FIELDS = Table(
+    Field(
+        "REQUIRED_GPUS",
+        "integer",
+        2,
+        "GPUs preflight requires on this host",
+        fix="set it to the GPUs this host must have (2; 0 in the CPU form)",
+        minimum=0,
+    ),
+    Field("MIN_FREE_DISK_GB", "integer", 0, "a floor, in GB, under the free space the disk guard sizes", minimum=0),
+    Field("COMPOSE_PROFILES", "words", (), "compose profiles; cloudflared exactly when TUNNEL_PROVIDER=cloudflared"),
+    F.BUCKET_DIR,
+    F.BUCKET_NOT_A_MOUNT_OK,
+    F.HF_HOME,
+    F.CHECKPOINT_ROOT,
+    F.SANDBOX,
+    F.E2B_API_KEY,
+    F.PORTS,
+    F.TUNNEL_PROVIDER,
+    F.TRAIN_SCRIPT,
+    F.RUN_NAME,
+    F.WEIGHT_TRANSFER,
+    F.DEPLOYMENT,
+)
+
+
+def _get(env: Mapping[str, str], name: str):
+    """A field as the services read it; a bad value reads as its default here, because the check that
+    owns it (trainer-settings, or the service) reports it."""
+    return Env(env, collect=True).get(FIELDS[name])
+
+
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -79,9 +107,7 @@ def count_gpus() -> tuple[int, str]:
 
 
 def check_gpus(env, probes):
-    required = Env(env).integer(
-        "REQUIRED_GPUS", 2, minimum=0, fix="set it to the GPUs this host must have (2; 0 in the CPU form)"
-    )
+    required = Env(env).get(FIELDS["REQUIRED_GPUS"])
     if required == 0:
         return None
     found, how = (probes.gpu_count or count_gpus)()
@@ -94,14 +120,8 @@ def check_gpus(env, probes):
 
 
 def check_bucket_mount(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
-    opt_out = (env.get("BUCKET_NOT_A_MOUNT_OK") or "").strip()
-    if opt_out and opt_out != OPT_OUT_PHRASE:
-        return (
-            f"BUCKET_NOT_A_MOUNT_OK={opt_out!r} is not the opt-out phrase: set it to exactly {OPT_OUT_PHRASE} "
-            "(or leave it empty and mount the bucket at BUCKET_PATH)"
-        )
-    if opt_out == OPT_OUT_PHRASE:
+    bucket = _get(env, "BUCKET_DIR")
+    if Env(env).get(FIELDS["BUCKET_NOT_A_MOUNT_OK"]):
         return None
     try:
         mounts = mountinfo.read(probes.mountinfo_path)
@@ -117,7 +137,7 @@ def check_bucket_mount(env, probes):
 
 
 def check_bucket_writable(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
+    bucket = _get(env, "BUCKET_DIR")
     if not os.path.isdir(bucket):
         return f"bucket {bucket} does not exist in the container: bind the host's BUCKET_PATH to {bucket}"
     try:
@@ -155,8 +175,7 @@ def _under(path: str, root: str) -> bool:
 
 
 def check_hf_home(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
-    hf_home = env.get("HF_HOME") or ""
+    bucket, hf_home = _get(env, "BUCKET_DIR"), _get(env, "HF_HOME")
     if not hf_home:
         return f"HF_HOME is not set: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
     if not _under(hf_home, bucket):
@@ -167,8 +186,8 @@ def check_hf_home(env, probes):
 
 
 def check_checkpoints(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
-    out = env.get("CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
+    bucket = _get(env, "BUCKET_DIR")
+    out = _get(env, "CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
     if not _under(out, bucket):
         return f"CHECKPOINT_ROOT={out} is not on the bucket: unset it (checkpoints go to {bucket}/checkpoints)"
     return None
@@ -176,11 +195,9 @@ def check_checkpoints(env, probes):
 
 def check_sandbox(env, probes):
     # The same allowed values env-server starts with: a sandbox it would refuse is refused here first.
-    sandbox = Env(env).choice(
-        "SANDBOX", DEFAULT_SANDBOX, SANDBOXES, fix="set SANDBOX to e2b (production) or docker (local sandboxes)"
-    )
+    sandbox = Env(env).get(FIELDS["SANDBOX"])
     if sandbox == "e2b":
-        if not (env.get("E2B_API_KEY") or "").strip():
+        if not _get(env, "E2B_API_KEY"):
             return "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker for local sandboxes"
     elif sandbox == "docker":
         if cluster.on_kubernetes(env):
@@ -200,9 +217,10 @@ def check_ports(env, probes):
     problems = read.problems
     seen: dict[int, str] = {}
     owners = None  # asked of Docker only when a port is held
-    for name, default in DEFAULT_PORTS.items():
+    for field in fields.PORTS:
+        name = field.name
         before = len(problems)
-        port = read.port(name, default)
+        port = read.get(field)
         if len(problems) > before:
             continue
         if port in seen:
@@ -241,25 +259,16 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def check_named(env, probes):
-    missing = [name for name in ("MODEL", "DATASETS") if not (env.get(name) or "").strip()]
-    if missing:
-        return (
-            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} empty: name the model "
-            "(MODEL=Qwen/Qwen3-1.7B or a path on the bucket) and the tasks (DATASETS=/app/datasets/starter)"
-        )
-    return None
-
-
 def check_disk(env, probes):
     """Free space for the model cache and the checkpoints this run keeps (guards/disk.py says how it is
     sized); MIN_FREE_DISK_GB, when set, is a floor under that figure."""
-    floor_gb = Env(env).integer("MIN_FREE_DISK_GB", 0, minimum=0)
+    floor_gb = Env(env).get(FIELDS["MIN_FREE_DISK_GB"])
     from trainer.config import read
 
     settings, _problems = read(env)  # bad values read as their defaults; trainer-settings reports them
-    where = env.get("HF_HOME") or env.get("BUCKET_DIR") or BUCKET_DIR
-    size = (probes.model_size or disk.model_size)(settings.model, env.get("HF_HOME") or "")
+    hf_home = _get(env, "HF_HOME")
+    where = hf_home or settings.bucket_dir
+    size = (probes.model_size or disk.model_size)(settings.model, hf_home)
     if size is None:
         need, why = (
             floor_gb * 10**9,
@@ -282,10 +291,8 @@ def check_disk(env, probes):
 
 
 def check_tunnel(env, probes):
-    provider = Env(env).choice(
-        "TUNNEL_PROVIDER", DEFAULT_TUNNEL_PROVIDER, TUNNEL_PROVIDERS, aliases=TUNNEL_PROVIDER_ALIASES
-    )
-    profiles = {p.strip() for p in (env.get("COMPOSE_PROFILES") or "").split(",") if p.strip()}
+    provider = Env(env).get(FIELDS["TUNNEL_PROVIDER"])
+    profiles = set(_get(env, "COMPOSE_PROFILES"))
     if cluster.on_kubernetes(env):
         return None  # the chart runs cloudflared exactly when TUNNEL_PROVIDER=cloudflared
     if provider == "cloudflared" and "cloudflared" not in profiles:
@@ -296,7 +303,7 @@ def check_tunnel(env, probes):
 
 
 def check_train_script(env, probes):
-    spec = (env.get("TRAIN_SCRIPT") or "").strip()
+    spec = _get(env, "TRAIN_SCRIPT")
     if not spec:
         return None
     try:
@@ -333,8 +340,8 @@ def check_report_to(env, probes):
     if "WANDB_API_KEY" not in env and reporting.KEY_SET not in env:
         return None
     try:
-        return reporting.missing_key(env.get("REPORT_TO") or "trackio", env)
-    except reporting.ReportToError:
+        return reporting.missing_key(Env(env).get(fields.REPORT_TO), env)
+    except EnvError:
         return None
 
 
@@ -344,13 +351,15 @@ def check_trainer_gpus(env, probes):
     With two GPUs visible the Hugging Face Trainer wraps the model in DataParallel and TRL's packed
     batch of one fails the first step with "batch size must be positive" (reproduced on a 2-GPU machine).
     """
-    if env.get("WORLD_SIZE") or env.get("LOCAL_RANK"):
+    # The launcher's own variables (torchrun, accelerate), not settings of this stack.
+    launcher = Env(env)
+    if launcher.text("WORLD_SIZE") or launcher.text("LOCAL_RANK"):
         return None
     found, how = (probes.visible_gpus or visible_gpus)()
     if found <= 1:
         return None
     return (
-        f"the trainer sees {found} GPUs ({how}; CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '')!r}) "
+        f"the trainer sees {found} GPUs ({how}; CUDA_VISIBLE_DEVICES={launcher.text('CUDA_VISIBLE_DEVICES')!r}) "
         "but was not started by a distributed launcher (no WORLD_SIZE/LOCAL_RANK): give it one GPU "
         "(TRAINER_GPUS=1, one device id), or launch it with accelerate launch/torchrun through TRAIN_SCRIPT"
     )
@@ -367,7 +376,7 @@ def visible_gpus() -> tuple[int, str]:
 
 
 def check_run_name(env, probes):
-    name = (env.get("RUN_NAME") or "").strip()
+    name = _get(env, "RUN_NAME")
     if name and not RUN_NAME_RE.match(name):
         return f"RUN_NAME={name!r} is not a usable folder name: use letters, digits, '.', '_' and '-' (no '/'), or leave it empty for a fresh name"
     return None
@@ -376,8 +385,8 @@ def check_run_name(env, probes):
 def check_weight_transfer(env, probes):
     import importlib.util
 
-    # Any value outside stack.facts.WEIGHT_TRANSFERS is reported by trainer-settings (the trainer's reader).
-    mode = (env.get("WEIGHT_TRANSFER") or "nccl").strip().lower()
+    # A value outside the field's choices reads as its default here; trainer-settings reports it.
+    mode = _get(env, "WEIGHT_TRANSFER")
     if mode == "nccl":
         if importlib.util.find_spec("vllm") is None:
             return "WEIGHT_TRANSFER=nccl needs vllm in the trainer image (build it FROM the vLLM image); the CPU form sets WEIGHT_TRANSFER=mock"
@@ -402,7 +411,6 @@ CHECKS: dict[str, Callable] = {
     "disk": check_disk,
     "sandbox": check_sandbox,
     "ports": check_ports,
-    "named": check_named,
     "tunnel": check_tunnel,
     "train-script": check_train_script,
     "trainer-settings": check_trainer_settings,

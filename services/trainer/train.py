@@ -330,8 +330,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from guards.checks import run_all
     from guards.train_script import TrainScriptError, materialize, resolve
+    from stack.env import EnvError
 
-    from .config import SettingsError, from_env
+    from .config import from_env
 
     failures = run_all(phase="trainer")
     if failures:
@@ -341,7 +342,7 @@ def main() -> int:
         return 1
     try:
         s = from_env()
-    except SettingsError as exc:  # preflight reports these first; this is the backstop
+    except EnvError as exc:  # preflight reports these first; this is the backstop
         print(f"trainer: {len(exc.problems)} bad setting(s), nothing was started:", file=sys.stderr)
         for line in exc.problems:
             print(f"  {line}", file=sys.stderr)
@@ -349,7 +350,7 @@ def main() -> int:
     try:
         rules = stop_rules_from_env()
         reporting.check(s.report_to, os.environ)
-    except ValueError as exc:  # StopRuleSettingError, ReportToError: one line each
+    except EnvError as exc:  # a stop rule's threshold, or REPORT_TO=wandb without its key
         print(f"trainer: {exc}", file=sys.stderr)
         return 1
     if s.train_script:

@@ -115,7 +115,7 @@ def train(stack, max_steps, run=RUN, extra_env=None, expect_rc=0):
         "MAX_INFLIGHT_ROLLOUTS": "4",
         "SAVE_STEPS": "1",
         "LEARNING_RATE": "1e-2",
-        "MAX_COMPLETION_TOKENS": "128",
+        "MAX_OUTPUT_TOKENS": "128",
         "AGENT_STEP_LIMIT": "3",
         "REPORT_TO": "tensorboard",
         **(extra_env or {}),

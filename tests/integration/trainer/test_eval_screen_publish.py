@@ -153,7 +153,7 @@ def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys)
         "MAX_INFLIGHT_ROLLOUTS": "4",
         "SAVE_STEPS": "1",
         "LEARNING_RATE": "1e-2",
-        "MAX_COMPLETION_TOKENS": "128",
+        "MAX_OUTPUT_TOKENS": "128",
         "AGENT_STEP_LIMIT": "3",
         "REPORT_TO": "tensorboard",
     }

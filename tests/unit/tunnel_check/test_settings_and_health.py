@@ -7,6 +7,7 @@ import time
 import pytest
 
 from stack import handoff
+from stack.env import EnvError
 from stack.facts import HANDOFF_FILE
 from tunnel_check import health, settings
 
@@ -40,7 +41,7 @@ def test_bounds_are_interval_times_failures_plus_timeout():
     ],
 )
 def test_bad_settings_are_one_line_naming_the_fix(env, fix):
-    with pytest.raises(settings.ConfigError) as err:
+    with pytest.raises(EnvError) as err:
         load(**env)
     assert fix in str(err.value) and "\n" not in str(err.value)
 
