@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stack import fields
-from stack.endpoints import DEFAULT_ENGINE_URL, read_engine_url
+from stack.endpoints import read_engine_url
 from stack.env import Env, EnvError, Field, Table
 
 # Addresses that mean "every interface": the capture proxy is the one public surface and must be bound
@@ -27,7 +27,7 @@ FIELDS = Table(
     F.ENV_SERVER_PORT,
     F.CAPTURE_HOST,
     F.CAPTURE_PORT,
-    Field("ENGINE_URL", "url", DEFAULT_ENGINE_URL, "the engine's root; /v1 is added where the OpenAI API is called"),
+    F.ENGINE_URL,
     F.MODEL,
     F.DATASETS,
     F.EVAL_DATASETS,

@@ -7,6 +7,7 @@ service refuse a value with the same line. Standard library only, like the rest 
 
 from __future__ import annotations
 
+from .endpoints import ENGINE_URL
 from .env import Field, Table
 from .facts import (
     AGENT_INSTALLS,
@@ -81,6 +82,8 @@ CAPTURE_PORT = Field("CAPTURE_PORT", "port", DEFAULT_PORTS["CAPTURE_PORT"], "the
 TUNNEL_METRICS_PORT = Field(
     "TUNNEL_METRICS_PORT", "port", DEFAULT_PORTS["TUNNEL_METRICS_PORT"], "cloudflared's metrics server"
 )
+TUNNEL_LOG = Field("TUNNEL_LOG", "text", "", "cloudflared's --logfile (quick tunnel URL discovery)")
+ENV_SERVER_URL = Field("ENV_SERVER_URL", "url", "http://127.0.0.1:8000", "the env server's Task API")
 PORTS = Table(ENGINE_PORT, ENV_SERVER_PORT, CAPTURE_PORT, TUNNEL_METRICS_PORT)
 MAX_INFLIGHT_ROLLOUTS = Field(
     "MAX_INFLIGHT_ROLLOUTS", "integer", 8, "rollouts in flight at once (each is one sandbox)", minimum=1
@@ -152,6 +155,9 @@ SHARED = Table(
     CAPTURE_HOST,
     ENGINE_HOST,
     PORTS,
+    TUNNEL_LOG,
+    ENGINE_URL,
+    ENV_SERVER_URL,
     MAX_INFLIGHT_ROLLOUTS,
     MAX_OUTPUT_TOKENS,
     ENGINE_MAX_MODEL_LEN,

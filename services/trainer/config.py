@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stack import fields
-from stack.endpoints import DEFAULT_ENGINE_URL, openai_base, read_engine_url
+from stack.endpoints import openai_base, read_engine_url
 from stack.env import _UNSET, Env, EnvError, Field, Table
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -161,8 +161,8 @@ FIELDS = Table(
     ),
     F.WEIGHT_TRANSFER,
     F.BUCKET_DIR,
-    Field("ENGINE_URL", "url", DEFAULT_ENGINE_URL, "the engine's root; /v1 is added where the OpenAI API is called"),
-    Field("ENV_SERVER_URL", "url", "http://127.0.0.1:8000", "the env server's Task API"),
+    F.ENGINE_URL,
+    F.ENV_SERVER_URL,
     F.SANDBOX,
     Field("AGENT_TIMEOUT_S", "number", 900.0, "seconds the agent may run in its sandbox", above=0),
     Field("REWARD_KEY", "text", "", "which verifier reward is the training signal; empty: the task's main one"),

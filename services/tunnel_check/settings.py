@@ -41,9 +41,8 @@ FIELDS = Table(
     # without ever holding the token. Unset (not compose) means "not said".
     Field("TUNNEL_NAMED", "text", None, "set by compose: 1 when TUNNEL_TOKEN is set (never the token)"),
     F.DIRECT_URL,
-    # Optional here: a named tunnel or TUNNEL_LOG finds the URL without it.
-    Field("TUNNEL_METRICS_PORT", "port", None, "cloudflared's metrics server (quick tunnel URL discovery)"),
-    Field("TUNNEL_LOG", "text", "", "cloudflared's --logfile (quick tunnel URL discovery)"),
+    F.TUNNEL_METRICS_PORT,
+    F.TUNNEL_LOG,
     Field("TUNNEL_METRICS_HOST", "text", "127.0.0.1", "where cloudflared's metrics server listens"),
     Field("TUNNEL_CHECK_INTERVAL_S", "number", 10.0, "seconds between re-checks of the public URL", minimum=0.2),
     Field(
@@ -183,7 +182,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
                 "reaches it (e.g. http://172.17.0.1:8100 for local docker sandboxes)"
             )
         _check_url("DIRECT_URL", direct_url)
-    metrics_port = get("TUNNEL_METRICS_PORT")
+    # Optional here (unset: no metrics discovery): a named tunnel or TUNNEL_LOG finds the URL without it.
+    # compose passes the port it gives cloudflared's --metrics.
+    metrics_port = get("TUNNEL_METRICS_PORT", None)
     tunnel_log = get("TUNNEL_LOG")
     if provider == "cloudflared" and not hostname and metrics_port is None and not tunnel_log:
         raise EnvError(

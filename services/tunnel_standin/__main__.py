@@ -28,7 +28,7 @@ FIELDS = Table(
     Field("STANDIN_LISTEN_HOST", "text", "", "sandbox-reachable address; empty: the docker0 address"),
     # 0 (or empty): a free port on each start, as a restarted quick tunnel gets a new hostname.
     Field("STANDIN_PORT", "integer", 0, "public port; 0 or empty: a free one per start", minimum=0, maximum=65535),
-    Field("TUNNEL_LOG", "text", "", "file to append cloudflared-format JSON log lines to"),
+    fields.TUNNEL_LOG,
 )
 
 

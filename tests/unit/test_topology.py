@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from settings_tables import effective
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILES = ["compose.yaml", "compose.cpu.yaml"]
@@ -85,7 +86,7 @@ def test_nothing_binds_all_interfaces_by_default(config):
 def test_the_tunnel_only_publishes_the_capture_port(production):
     tunnel = production["services"]["tunnel"]
     command = " ".join(tunnel["command"])
-    capture_port = production["services"]["env-server"]["environment"]["CAPTURE_PORT"]
+    capture_port = effective(production["services"]["env-server"]["environment"], "CAPTURE_PORT")
     targets = re.findall(r"--url\s+(\S+)", command)
     assert targets == [f"http://127.0.0.1:{capture_port}"], command
     assert re.search(r"--metrics 127\.0\.0\.1:\d+", command), "cloudflared metrics must bind loopback"
