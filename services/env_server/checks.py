@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from stack import handoff, mountinfo
+from stack.backends import SANDBOXES
 from stack.facts import DEFAULT_DATASET
 
 from .settings import REMOTE_TASKS_OK_PHRASE, EnvError, Settings
@@ -67,7 +68,7 @@ def check_dataset_sources(settings: Settings) -> None:
     daemon, through a socket that is root on the host (a compose file can bind-mount `/`). A task from
     the Hub or a registry is code from a stranger; E2B sandboxes run it on E2B's machines instead.
     """
-    if settings.sandbox != "docker" or settings.remote_tasks_ok:
+    if not SANDBOXES.get(settings.sandbox).host_docker or settings.remote_tasks_ok:
         return
     remote = [spec for spec in settings.datasets if not _looks_like_path(spec)]
     if remote:
@@ -177,14 +178,12 @@ def check_docker() -> str:
 
 def check_sandbox(settings: Settings, *, containerised: bool | None = None) -> SandboxReport:
     report = SandboxReport(settings.sandbox)
-    if settings.sandbox == "e2b":
-        if not settings.e2b_key_set:
-            raise EnvError(
-                "SANDBOX=e2b needs E2B_API_KEY: set E2B_API_KEY in .env (from your E2B dashboard), "
-                "or set SANDBOX=docker to run sandboxes on this host"
-            )
-        report.lines.append("e2b       E2B_API_KEY is set (not validated until the first sandbox)")
-    elif settings.sandbox == "docker":
+    backend = SANDBOXES.get(settings.sandbox)
+    if missing := backend.missing_credentials(settings.credentials_set):
+        raise EnvError(missing)
+    for name in settings.credentials_set:
+        report.lines.append(f"{backend.name:<9} {name} is set (not validated until the first sandbox)")
+    if backend.host_docker:
         report.lines.append(check_docker())
         containerised = in_container() if containerised is None else containerised
         report.lines.append(check_trials_dir(settings.trials_dir, containerised=containerised))

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from stack import handoff
+from stack.backends import SANDBOXES
 from stack.endpoints import openai_base
 from stack.facts import LOOPBACK_HOSTS
 
@@ -167,7 +168,7 @@ def main() -> None:
     sandboxes.install_prefix(prefix)
     lines.append(f"stack     sandboxes are named {prefix}-<task>-<id> (STACK_NAME)")
     lines.append(sandboxes.reap(settings.sandbox, prefix))
-    if settings.sandbox == "docker":
+    if SANDBOXES.get(settings.sandbox).host_docker:
         from . import sandbox_stop
 
         lines.append(sandbox_stop.install())

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stack import fields
+from stack.backends import SANDBOXES
 from stack.endpoints import read_engine_url
 from stack.env import Env, EnvError, Field, Table
 
@@ -93,8 +94,8 @@ class Settings:
     model: str = _d("MODEL")
     datasets: tuple[str, ...] = _d("DATASETS")
     sandbox: str = _d("SANDBOX")
-    # Whether a key is present; the key itself is never held here, so no report can print it.
-    e2b_key_set: bool = False
+    # Which of the backend's credentials are set; a key itself is never held here, so no report can print it.
+    credentials_set: tuple[str, ...] = ()
     admin_key_set: bool = False
     max_output_tokens: int = _d("MAX_OUTPUT_TOKENS")
     max_concurrent_envs: int = _d("MAX_CONCURRENT_ENVS")
@@ -154,9 +155,10 @@ class Settings:
             )
         tunnel_provider = get("TUNNEL_PROVIDER")
         direct_url = get("DIRECT_URL")
-        if tunnel_provider == "direct" and sandbox == "e2b" and direct_url.lower().startswith("http://"):
+        remote = not SANDBOXES.get(sandbox).host_docker
+        if tunnel_provider == "direct" and remote and direct_url.lower().startswith("http://"):
             raise EnvError(
-                f"DIRECT_URL={direct_url} is plain http but SANDBOX=e2b sandboxes reach it across the internet, "
+                f"DIRECT_URL={direct_url} is plain http but SANDBOX={sandbox} sandboxes reach it across the internet, "
                 "where each sandbox's session key would travel in clear text: put TLS in front of the capture "
                 "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
             )
@@ -171,7 +173,7 @@ class Settings:
             model=get("MODEL"),
             datasets=datasets or fields.DATASETS.default,
             sandbox=sandbox,
-            e2b_key_set=bool(get("E2B_API_KEY")),
+            credentials_set=SANDBOXES.get(sandbox).credentials_set(read),
             admin_key_set=bool(get("OPENENV_CAPTURE_ADMIN_KEY")),
             max_output_tokens=get("MAX_OUTPUT_TOKENS"),
             max_concurrent_envs=max_envs,

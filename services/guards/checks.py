@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from stack import fields, mountinfo
+from stack.backends import SANDBOXES, TUNNEL_PROVIDERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import BUCKET_OPT_OUT_PHRASE
 
@@ -195,11 +196,11 @@ def check_checkpoints(env, probes):
 
 def check_sandbox(env, probes):
     # The same allowed values env-server starts with: a sandbox it would refuse is refused here first.
-    sandbox = Env(env).get(FIELDS["SANDBOX"])
-    if sandbox == "e2b":
-        if not _get(env, "E2B_API_KEY"):
-            return "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker for local sandboxes"
-    elif sandbox == "docker":
+    backend = SANDBOXES.get(Env(env).get(FIELDS["SANDBOX"]))
+    read = Env(env, collect=True)
+    if missing := backend.missing_credentials(backend.credentials_set(read)):
+        return missing
+    if backend.host_docker:
         if cluster.on_kubernetes(env):
             return cluster.DOCKER_SANDBOX_REFUSED
         path = probes.docker_socket
@@ -208,7 +209,10 @@ def check_sandbox(env, probes):
         except OSError:
             is_socket = False
         if not is_socket:
-            return f"SANDBOX=docker needs the Docker socket at {path}: mount /var/run/docker.sock into this container, or use SANDBOX=e2b"
+            return (
+                f"SANDBOX={backend.name} needs the Docker socket at {path}: mount /var/run/docker.sock into this "
+                f"container, or use {SANDBOXES.others(backend.name)}"
+            )
     return None
 
 
@@ -291,14 +295,21 @@ def check_disk(env, probes):
 
 
 def check_tunnel(env, probes):
-    provider = Env(env).get(FIELDS["TUNNEL_PROVIDER"])
+    provider = TUNNEL_PROVIDERS.get(Env(env).get(FIELDS["TUNNEL_PROVIDER"]))
     profiles = set(_get(env, "COMPOSE_PROFILES"))
     if cluster.on_kubernetes(env):
         return None  # the chart runs cloudflared exactly when TUNNEL_PROVIDER=cloudflared
-    if provider == "cloudflared" and "cloudflared" not in profiles:
-        return "TUNNEL_PROVIDER=cloudflared but COMPOSE_PROFILES does not contain cloudflared, so no tunnel would start: set COMPOSE_PROFILES=cloudflared"
-    if provider != "cloudflared" and "cloudflared" in profiles:
-        return f"TUNNEL_PROVIDER={provider} but COMPOSE_PROFILES contains cloudflared, which would start an unused public tunnel: remove cloudflared from COMPOSE_PROFILES"
+    wanted = provider.compose_profile
+    if wanted and wanted not in profiles:
+        return (
+            f"TUNNEL_PROVIDER={provider.name} but COMPOSE_PROFILES does not contain {wanted}, so no tunnel would "
+            f"start: set COMPOSE_PROFILES={wanted}"
+        )
+    for unused in sorted({p.compose_profile for p in TUNNEL_PROVIDERS if p.compose_profile != wanted} & profiles):
+        return (
+            f"TUNNEL_PROVIDER={provider.name} but COMPOSE_PROFILES contains {unused}, which would start an unused "
+            f"public tunnel: remove {unused} from COMPOSE_PROFILES"
+        )
     return None
 
 

@@ -7,6 +7,7 @@ service refuse a value with the same line. Standard library only, like the rest 
 
 from __future__ import annotations
 
+from .backends import E2B_API_KEY, SANDBOXES, TUNNEL_PROVIDERS
 from .endpoints import ENGINE_URL
 from .env import Field, Table
 from .facts import (
@@ -15,15 +16,10 @@ from .facts import (
     BUCKET_OPT_OUT_PHRASE,
     DEFAULT_DATASET,
     DEFAULT_PORTS,
-    DEFAULT_SANDBOX,
     DEFAULT_STEP_LIMIT,
-    DEFAULT_TUNNEL_PROVIDER,
     DEFAULT_WEIGHT_TRANSFER,
     HANDOFF_DIR,
     LOOPBACK_HOSTS,
-    SANDBOXES,
-    TUNNEL_PROVIDER_ALIASES,
-    TUNNEL_PROVIDERS,
     WEIGHT_TRANSFERS,
 )
 
@@ -40,24 +36,16 @@ DATASETS = Field(
     "comma-separated task datasets: Hub ids, Harbor name@version, or folders inside the env server",
 )
 EVAL_DATASETS = Field("EVAL_DATASETS", "words", (), "held-out datasets, served too, never trained on")
-SANDBOX = Field(
-    "SANDBOX",
-    "choice",
-    DEFAULT_SANDBOX,
-    "where rollouts run",
-    fix="set SANDBOX to e2b (production) or docker (local sandboxes)",
-    choices=SANDBOXES,
-)
-E2B_API_KEY = Field("E2B_API_KEY", "text", "", "E2B API key (env server and preflight only)", secret=True)
+# The choices, and the line that lists them, come from the registries (stack/backends.py).
+SANDBOX = Field("SANDBOX", "choice", "e2b", "where rollouts run", fix=SANDBOXES.fix, choices=SANDBOXES.names)
 TUNNEL_PROVIDER = Field(
     "TUNNEL_PROVIDER",
     "choice",
-    DEFAULT_TUNNEL_PROVIDER,
+    "cloudflared",
     "how the capture proxy is published",
-    fix="set TUNNEL_PROVIDER to cloudflared (quick, or named with TUNNEL_TOKEN + TUNNEL_HOSTNAME), gradio "
-    "(share link) or direct (DIRECT_URL the sandbox can already route to)",
-    choices=TUNNEL_PROVIDERS,
-    aliases=TUNNEL_PROVIDER_ALIASES,
+    fix=TUNNEL_PROVIDERS.fix,
+    choices=TUNNEL_PROVIDERS.names,
+    aliases=TUNNEL_PROVIDERS.aliases,
 )
 DIRECT_URL = Field(
     "DIRECT_URL",

@@ -76,16 +76,19 @@ def test_a_working_cli_reports_both_versions(tmp_path, monkeypatch):
 
 def test_e2b_without_a_key():
     with pytest.raises(EnvError) as err:
-        check_sandbox(Settings(sandbox="e2b", e2b_key_set=False))
+        check_sandbox(Settings(sandbox="e2b", credentials_set=()))
+    # The same line preflight prints (one rule, stack/backends.py).
     assert str(err.value) == (
-        "SANDBOX=e2b needs E2B_API_KEY: set E2B_API_KEY in .env (from your E2B dashboard), or set SANDBOX=docker to "
-        "run sandboxes on this host"
+        "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_..., from your E2B dashboard), or use "
+        "SANDBOX=docker"
     )
 
 
 def test_a_wheelhouse_without_the_agents_wheel(tmp_path):
     (tmp_path / "requests-2.32.3-py3-none-any.whl").write_text("")  # other wheels do not count
-    settings = Settings(sandbox="e2b", e2b_key_set=True, agent_install="wheelhouse", wheelhouse_dir=str(tmp_path))
+    settings = Settings(
+        sandbox="e2b", credentials_set=("E2B_API_KEY",), agent_install="wheelhouse", wheelhouse_dir=str(tmp_path)
+    )
     with pytest.raises(EnvError) as err:
         check_sandbox(settings)
     assert str(err.value) == (

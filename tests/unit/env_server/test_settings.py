@@ -27,7 +27,8 @@ def test_enough_envs_needs_no_note():
     [
         (
             {"SANDBOX": "modal"},
-            "SANDBOX='modal' is not allowed: set SANDBOX to e2b (production) or docker (local sandboxes) (default e2b)",
+            "SANDBOX='modal' is not allowed: set SANDBOX to one of: e2b (production, E2B's cloud), docker (local "
+            "sandboxes on this host) (default e2b)",
         ),
         (
             {"AGENT_INSTALL": "apt"},

@@ -46,7 +46,7 @@ def test_e2b_without_key_names_the_fix():
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = fatal_lines(proc)
     assert "SANDBOX=e2b needs E2B_API_KEY" in line
-    assert "set E2B_API_KEY in .env" in line and "SANDBOX=docker" in line
+    assert "put your key in .env" in line and "SANDBOX=docker" in line
 
 
 def test_unreachable_engine_is_one_line_and_not_fatal():

@@ -212,9 +212,9 @@ def test_disk_space(tmp_path):
         (
             "ngrok",
             "",
-            "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to cloudflared (quick, or named with "
-            "TUNNEL_TOKEN + TUNNEL_HOSTNAME), gradio (share link) or direct (DIRECT_URL the sandbox can already "
-            "route to) (default cloudflared)",
+            "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to one of: cloudflared (a quick tunnel, or a "
+            "named one with TUNNEL_TOKEN + TUNNEL_HOSTNAME), gradio (OpenEnv's share link), direct (DIRECT_URL the "
+            "sandbox can already route to) (default cloudflared)",
         ),
     ],
 )

@@ -37,8 +37,8 @@ def test_blank_sandbox_is_the_default_as_everywhere(tmp_path):
     whose key this environment has, exactly as env-server would read it."""
     assert failures(good_env(tmp_path, SANDBOX="  "), probes_for(tmp_path, GCSFUSE)) == {}
     assert failures(good_env(tmp_path, SANDBOX="  ", E2B_API_KEY=""), probes_for(tmp_path, GCSFUSE)) == {
-        "sandbox": "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker "
-        "for local sandboxes"
+        "sandbox": "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_..., from your E2B "
+        "dashboard), or use SANDBOX=docker"
     }
 
 

@@ -27,7 +27,10 @@ def test_bounds_are_interval_times_failures_plus_timeout():
 @pytest.mark.parametrize(
     "env, fix",
     [
-        ({"TUNNEL_PROVIDER": "ngrok"}, "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to cloudflared"),
+        (
+            {"TUNNEL_PROVIDER": "ngrok"},
+            "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to one of: cloudflared",
+        ),
         ({"TUNNEL_PROVIDER": "direct"}, "needs DIRECT_URL"),
         ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "172.17.0.1:8100"}, "with its scheme"),
         ({"TUNNEL_NAMED": "1"}, "set TUNNEL_HOSTNAME"),
