@@ -20,13 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from stack import fields, mountinfo
-from stack.backends import SANDBOXES, TUNNEL_PROVIDERS
+from stack.backends import SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import BUCKET_OPT_OUT_PHRASE
 
 from . import cluster, disk, ports
 from .bucket import bucket_verdict
-from .train_script import TrainScriptError, resolve
 
 OPT_OUT_PHRASE = BUCKET_OPT_OUT_PHRASE
 F = fields
@@ -317,6 +316,8 @@ def check_train_script(env, probes):
     spec = _get(env, "TRAIN_SCRIPT")
     if not spec:
         return None
+    from trainer.train_script import TrainScriptError, resolve
+
     try:
         resolve(spec)
     except TrainScriptError as exc:
@@ -397,17 +398,13 @@ def check_weight_transfer(env, probes):
     import importlib.util
 
     # A value outside the field's choices reads as its default here; trainer-settings reports it.
-    mode = _get(env, "WEIGHT_TRANSFER")
-    if mode == "nccl":
-        if importlib.util.find_spec("vllm") is None:
-            return "WEIGHT_TRANSFER=nccl needs vllm in the trainer image (build it FROM the vLLM image); the CPU form sets WEIGHT_TRANSFER=mock"
-    elif mode == "mock":
-        try:
-            spec = importlib.util.find_spec("mock_engine.weight_client")
-        except ModuleNotFoundError:
-            spec = None
-        if spec is None:
-            return "WEIGHT_TRANSFER=mock needs mock_engine.weight_client (the CPU trainer image is built FROM the mock-engine image); on GPU use WEIGHT_TRANSFER=nccl"
+    transfer = WEIGHT_TRANSFERS.get(_get(env, "WEIGHT_TRANSFER"))
+    try:
+        spec = importlib.util.find_spec(transfer.requires)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None:
+        return f"WEIGHT_TRANSFER={transfer.name} needs {transfer.requires} in the trainer image: {transfer.missing}"
     return None
 
 

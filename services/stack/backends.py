@@ -105,6 +105,37 @@ SANDBOXES = Registry(
     ),
 )
 
+
+@dataclass(frozen=True)
+class WeightTransfer:
+    name: str
+    summary: str
+    # The module the trainer image must carry (preflight checks it is importable), and what to do if not.
+    requires: str
+    missing: str
+    # "module:Class", built with the engine URL; "": TRL's AsyncGRPOTrainer builds its own NCCL client.
+    client: str = ""
+
+
+WEIGHT_TRANSFERS = Registry(
+    "WEIGHT_TRANSFER",
+    "weight transfer",
+    WeightTransfer(
+        "nccl",
+        "vLLM's NCCL weight transfer, GPU",
+        requires="vllm",
+        missing="build the trainer image FROM the vLLM image; the CPU form sets WEIGHT_TRANSFER=mock",
+    ),
+    # Named, not imported: the GPU trainer image does not carry the CPU form's mock engine.
+    WeightTransfer(
+        "mock",
+        "the mock engine's HTTP backend, the CPU form",
+        requires="mock_engine.weight_client",
+        missing="the CPU trainer image is built FROM the mock-engine image; on GPU use WEIGHT_TRANSFER=nccl",
+        client="mock_engine.weight_client:MockWeightTransfer",
+    ),
+)
+
 TUNNEL_PROVIDERS = Registry(
     "TUNNEL_PROVIDER",
     "tunnel provider",

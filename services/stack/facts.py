@@ -9,9 +9,7 @@ from __future__ import annotations
 # Sandbox backends and tunnel providers: stack/backends.py (what each needs). Modal is a Harbor backend
 # too, but nothing here checks its credentials or reaps its sandboxes, so it is not offered.
 
-# How the trainer pushes weights into the engine: NCCL into vLLM, or the mock engine's backend (CPU form).
-WEIGHT_TRANSFERS = ("nccl", "mock")
-DEFAULT_WEIGHT_TRANSFER = "nccl"
+# How the trainer pushes weights into the engine: stack/backends.py (WEIGHT_TRANSFERS).
 
 # How mini-swe-agent gets into a sandbox (env_server.agent_install).
 AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")

@@ -7,7 +7,7 @@ service refuse a value with the same line. Standard library only, like the rest 
 
 from __future__ import annotations
 
-from .backends import E2B_API_KEY, SANDBOXES, TUNNEL_PROVIDERS
+from .backends import E2B_API_KEY, SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
 from .endpoints import ENGINE_URL
 from .env import Field, Table
 from .facts import (
@@ -17,10 +17,8 @@ from .facts import (
     DEFAULT_DATASET,
     DEFAULT_PORTS,
     DEFAULT_STEP_LIMIT,
-    DEFAULT_WEIGHT_TRANSFER,
     HANDOFF_DIR,
     LOOPBACK_HOSTS,
-    WEIGHT_TRANSFERS,
 )
 
 MODEL = Field(
@@ -102,9 +100,10 @@ AGENT_INSTALL = Field(
 WEIGHT_TRANSFER = Field(
     "WEIGHT_TRANSFER",
     "choice",
-    DEFAULT_WEIGHT_TRANSFER,
-    "how new weights reach the engine: nccl (vLLM) or mock (the CPU form's mock engine)",
-    choices=WEIGHT_TRANSFERS,
+    "nccl",
+    "how new weights reach the engine after each step",
+    fix=WEIGHT_TRANSFERS.fix,
+    choices=WEIGHT_TRANSFERS.names,
 )
 BUCKET_DIR = Field("BUCKET_DIR", "path", BUCKET_DIR, "the bucket inside the containers")
 BUCKET_NOT_A_MOUNT_OK = Field(

@@ -322,12 +322,15 @@ def test_weight_transfer_modes(tmp_path):
         return {f.check: f.message for f in run_all(good_env(tmp_path, WEIGHT_TRANSFER=mode), probes)}
 
     assert (
-        "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of nccl, mock (default nccl)"
-        in by("gloo")["trainer-settings"]
+        "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of: nccl (vLLM's NCCL weight transfer, "
+        "GPU), mock (the mock engine's HTTP backend, the CPU form) (default nccl)" in by("gloo")["trainer-settings"]
     )
     # No vllm in the host venv: nccl names the image to build from. The mock engine's backend is in
     # this checkout (services/mock_engine/weight_client.py), so mock passes.
-    assert "FROM the vLLM image" in by("nccl")["weight-transfer"]
+    assert by("nccl")["weight-transfer"] == (
+        "WEIGHT_TRANSFER=nccl needs vllm in the trainer image: build the trainer image FROM the vLLM image; the "
+        "CPU form sets WEIGHT_TRANSFER=mock"
+    )
     assert "weight-transfer" not in by("mock")
 
 

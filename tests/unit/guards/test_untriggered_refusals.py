@@ -53,7 +53,7 @@ def test_unreadable_mountinfo(tmp_path):
 
 
 def test_train_script_override_is_copied_once_and_reused_on_resume(tmp_path):
-    from guards.train_script import materialize, resolve
+    from trainer.train_script import materialize, resolve
 
     script = tmp_path / "mine.py"
     script.write_text("print('first')\n")
