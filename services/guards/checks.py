@@ -150,8 +150,8 @@ def check_bucket_writable(env, probes):
             f"(chown/chmod BUCKET_PATH) and mount it read-write"
         )
     # status.json, the hand-off and every checkpoint's files are written by rename (atomic: a reader never
-    # sees half a file). Object-store FUSE mounts (mountpoint-s3, some gcsfuse modes) cannot rename: on
-    # main before this the first status write failed there, after the engine had loaded.
+    # sees half a file). Object-store FUSE mounts (mountpoint-s3, some gcsfuse modes) cannot rename: there
+    # the first status write fails, after the engine has loaded (measured).
     renamed = tmp + ".renamed"
     try:
         (probes.rename or os.replace)(tmp, renamed)

@@ -231,8 +231,8 @@ FIELDS = Table(
 def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
     """The trainer's settings and every problem with them, one line each. The ONE definition: the
     trainer starts from it, and preflight (guards `trainer-settings`) reports its problems before any
-    GPU time is spent (a MAX_STEPS=2e2 that passed preflight ended as a bare traceback in the trainer
-    after the engine had loaded). A bad value reads as its default, so the reads that depend on it
+    GPU time is spent (otherwise a MAX_STEPS=2e2 passes preflight and ends as a bare traceback in the
+    trainer after the engine has loaded). A bad value reads as its default, so the reads that depend on it
     still run."""
     r = Env(env, collect=True)
 

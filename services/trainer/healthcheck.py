@@ -1,7 +1,7 @@
 """The trainer's container healthcheck: healthy only while its run is alive and moving.
 
-`docker compose ps` used to show the trainer "running" while it waited forever on refused rollouts.
-The process being up proves nothing; its status file does: the trainer rewrites
+A trainer that waits forever on refused rollouts is still a running process, so the process being up
+proves nothing; its status file does: the trainer rewrites
 `<run dir>/status.json` at warm-up, after every logged step and every checkpoint. Healthy means the
 state is one of a live run (starting, warming-up, training, finished) AND the file was rewritten within
 TRAINER_STALE_S (default 1800 s: no optimizer step for 30 minutes is a stuck run, not a slow one).

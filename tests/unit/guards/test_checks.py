@@ -245,7 +245,7 @@ def test_step_limit_never_silently_unlimited(tmp_path, value, start):
 
 
 def test_sandbox_values_are_the_env_servers(tmp_path):
-    """Preflight refuses exactly what env-server would refuse at start (SANDBOX=modal used to pass here)."""
+    """Preflight refuses exactly what env-server would refuse at start (SANDBOX=modal, say)."""
     from env_server.settings import EnvError, Settings
 
     msg = failures(good_env(tmp_path, SANDBOX="modal"), probes_for(tmp_path, GCSFUSE))["sandbox"]

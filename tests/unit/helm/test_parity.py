@@ -37,7 +37,7 @@ ONLY_IN_COMPOSE = {
     # REPORT_TO=wandb without it (the same line, one pod later).
     ("preflight", "WANDB_API_KEY_SET"),
     # The services read the operator's own names; the chart's templates still pass these two under the
-    # inner names the services no longer read (deploy/helm is changed on its own branch, issue 28).
+    # inner names the services do not read (the chart is changed with deploy/helm's own work).
     ("preflight", "MAX_OUTPUT_TOKENS"),
     ("trainer", "MAX_OUTPUT_TOKENS"),
     ("env-server", "ENV_SERVER_SHUTDOWN_GRACE_S"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from engine_standin import MODEL, Engine
+
 from stackstatus import report
 
 

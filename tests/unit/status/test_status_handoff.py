@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from stackstatus import report
-
 from stack import handoff
 from stack.facts import HANDOFF_FILE
+from stackstatus import report
 
 
 def test_status_reports_an_expired_record_as_no_url(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """tunnel-check never dies from one bad iteration, and refuses a URL it could never check at start.
 
-Measured on main before this: a DIRECT_URL with a bad port made httpx raise InvalidURL inside the
-loop; the exception ended the process, the env server withdrew the URL within its bound, and every
-rollout was refused with nothing left to bring the check back.
+Why: a DIRECT_URL with a bad port makes httpx raise InvalidURL inside the loop; an exception that ended
+the process would leave the env server withdrawing the URL within its bound, and every rollout refused
+with nothing left to bring the check back.
 """
 
 import logging
