@@ -57,10 +57,45 @@ FIELDS = Table(
 )
 
 
-def _get(env: Mapping[str, str], name: str):
+class Settings(Mapping):
+    """Preflight's settings, read once through FIELDS (a bad value reads as its default, its line kept in
+    `refusals`), over the raw environment, which the checks hand on to the readers they call (the trainer's,
+    DEPLOYMENT's) and read the launcher's own variables from."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self.env = env
+        read = Env(env, collect=True)
+        self.values, self.refusals = {}, {}
+        for field in FIELDS:
+            before = len(read.problems)
+            self.values[field.name] = read.get(field)
+            if len(read.problems) > before:
+                self.refusals[field.name] = read.problems[-1]
+        self.read = read  # for variables that are not settings of this stack (WORLD_SIZE, ...)
+
+    def __getitem__(self, name: str) -> str:
+        return self.env[name]
+
+    def __iter__(self):
+        return iter(self.env)
+
+    def __len__(self) -> int:
+        return len(self.env)
+
+    def value(self, name: str):
+        return self.values[name]
+
+    def checked(self, name: str):
+        """The value, or EnvError with its one line (for a check that owns the setting)."""
+        if name in self.refusals:
+            raise EnvError(self.refusals[name])
+        return self.values[name]
+
+
+def _get(env: Settings, name: str):
     """A field as the services read it; a bad value reads as its default here, because the check that
     owns it (trainer-settings, or the service) reports it."""
-    return Env(env, collect=True).get(FIELDS[name])
+    return env.value(name)
 
 
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -107,7 +142,7 @@ def count_gpus() -> tuple[int, str]:
 
 
 def check_gpus(env, probes):
-    required = Env(env).get(FIELDS["REQUIRED_GPUS"])
+    required = env.checked("REQUIRED_GPUS")
     if required == 0:
         return None
     found, how = (probes.gpu_count or count_gpus)()
@@ -121,7 +156,7 @@ def check_gpus(env, probes):
 
 def check_bucket_mount(env, probes):
     bucket = _get(env, "BUCKET_DIR")
-    if Env(env).get(FIELDS["BUCKET_NOT_A_MOUNT_OK"]):
+    if env.checked("BUCKET_NOT_A_MOUNT_OK"):
         return None
     try:
         mounts = mountinfo.read(probes.mountinfo_path)
@@ -195,9 +230,8 @@ def check_checkpoints(env, probes):
 
 def check_sandbox(env, probes):
     # The same allowed values env-server starts with: a sandbox it would refuse is refused here first.
-    backend = SANDBOXES.get(Env(env).get(FIELDS["SANDBOX"]))
-    read = Env(env, collect=True)
-    if missing := backend.missing_credentials(backend.credentials_set(read)):
+    backend = SANDBOXES.get(env.checked("SANDBOX"))
+    if missing := backend.missing_credentials(backend.credentials_set(env.read)):
         return missing
     if backend.host_docker:
         if cluster.on_kubernetes(env):
@@ -216,16 +250,14 @@ def check_sandbox(env, probes):
 
 
 def check_ports(env, probes):
-    read = Env(env, collect=True)
-    problems = read.problems
+    problems = [env.refusals[f.name] for f in fields.PORTS if f.name in env.refusals]
     seen: dict[int, str] = {}
     owners = None  # asked of Docker only when a port is held
     for field in fields.PORTS:
         name = field.name
-        before = len(problems)
-        port = read.get(field)
-        if len(problems) > before:
+        if name in env.refusals:
             continue
+        port = env.value(name)
         if port in seen:
             problems.append(f"{name} and {seen[port]} are both {port}: give each service its own port")
             continue
@@ -265,7 +297,7 @@ def _port_free(port: int) -> bool:
 def check_disk(env, probes):
     """Free space for the model cache and the checkpoints this run keeps (guards/disk.py says how it is
     sized); MIN_FREE_DISK_GB, when set, is a floor under that figure."""
-    floor_gb = Env(env).get(FIELDS["MIN_FREE_DISK_GB"])
+    floor_gb = env.checked("MIN_FREE_DISK_GB")
     from trainer.config import read
 
     settings, _problems = read(env)  # bad values read as their defaults; trainer-settings reports them
@@ -294,7 +326,7 @@ def check_disk(env, probes):
 
 
 def check_tunnel(env, probes):
-    provider = TUNNEL_PROVIDERS.get(Env(env).get(FIELDS["TUNNEL_PROVIDER"]))
+    provider = TUNNEL_PROVIDERS.get(env.checked("TUNNEL_PROVIDER"))
     profiles = set(_get(env, "COMPOSE_PROFILES"))
     if cluster.on_kubernetes(env):
         return None  # the chart runs cloudflared exactly when TUNNEL_PROVIDER=cloudflared
@@ -352,7 +384,7 @@ def check_report_to(env, probes):
     if "WANDB_API_KEY" not in env and reporting.KEY_SET not in env:
         return None
     try:
-        return reporting.missing_key(Env(env).get(fields.REPORT_TO), env)
+        return reporting.missing_key(env.read.get(fields.REPORT_TO), env)
     except EnvError:
         return None
 
@@ -364,7 +396,7 @@ def check_trainer_gpus(env, probes):
     batch of one fails the first step with "batch size must be positive" (reproduced on a 2-GPU machine).
     """
     # The launcher's own variables (torchrun, accelerate), not settings of this stack.
-    launcher = Env(env)
+    launcher = env.read
     if launcher.text("WORLD_SIZE") or launcher.text("LOCAL_RANK"):
         return None
     found, how = (probes.visible_gpus or visible_gpus)()
@@ -442,7 +474,7 @@ TRAINER_ONLY = {"trainer-gpus"}
 def run_all(
     env: Mapping[str, str] | None = None, probes: Probes | None = None, phase: str = "preflight"
 ) -> list[Failure]:
-    env = os.environ if env is None else env
+    env = Settings(os.environ if env is None else env)
     probes = probes or Probes()
     failures = []
     for name, check in CHECKS.items():
