@@ -85,6 +85,14 @@ class Settings(Mapping):
     def value(self, name: str):
         return self.values[name]
 
+    def trainer(self):
+        """The trainer's own settings and problems (trainer.config.read), read once for every check."""
+        if not hasattr(self, "_trainer"):
+            from trainer.config import read
+
+            self._trainer = read(self.env)
+        return self._trainer
+
     def checked(self, name: str):
         """The value, or EnvError with its one line (for a check that owns the setting)."""
         if name in self.refusals:
@@ -298,9 +306,7 @@ def check_disk(env, probes):
     """Free space for the model cache and the checkpoints this run keeps (guards/disk.py says how it is
     sized); MIN_FREE_DISK_GB, when set, is a floor under that figure."""
     floor_gb = env.checked("MIN_FREE_DISK_GB")
-    from trainer.config import read
-
-    settings, _problems = read(env)  # bad values read as their defaults; trainer-settings reports them
+    settings, _problems = env.trainer()  # bad values read as their defaults; trainer-settings reports them
     hf_home = _get(env, "HF_HOME")
     where = hf_home or settings.bucket_dir
     size = (probes.model_size or disk.model_size)(settings.model, hf_home)
@@ -359,9 +365,7 @@ def check_train_script(env, probes):
 
 def check_trainer_settings(env, probes):
     """Every trainer setting, one line each, from the trainer's own reader (trainer/config.py)."""
-    from trainer.config import read
-
-    return read(env)[1] or None
+    return env.trainer()[1] or None
 
 
 def check_stop_rules(env, probes):
