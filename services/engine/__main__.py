@@ -6,13 +6,13 @@ import os
 import shlex
 import sys
 
-from engine.command import ConfigError, build_command, build_environment
+from engine.command import EnvError, build_command, build_environment
 
 
 def main() -> None:
     try:
         argv = build_command(os.environ)
-    except ConfigError as exc:
+    except EnvError as exc:
         print(f"engine: refusing to start: {exc}", file=sys.stderr)
         sys.exit(2)
     env = build_environment(os.environ)

@@ -21,9 +21,9 @@ import json
 import shlex
 from collections.abc import Mapping
 
-from stack import deployment
-from stack.env import Env, EnvError
-from stack.facts import DEFAULT_PORTS, LOOPBACK_HOSTS
+from stack import deployment, fields
+from stack.env import Env, EnvError, Field, Table
+from stack.facts import LOOPBACK_HOSTS
 
 REQUIRED_CAPTURE_FLAGS = (
     "--return-tokens-as-token-ids",
@@ -51,10 +51,36 @@ MANAGED_FLAGS = {
 }
 
 WEIGHT_TRANSFER_CONFIG = '{"backend":"nccl"}'
+GPU_FRACTION_FIX = "set ENGINE_GPU_MEMORY_UTILIZATION to a fraction of the GPU in (0, 1], e.g. 0.85"
 
-
-# A bad engine setting; the message is one line that names the fix.
-ConfigError = EnvError
+FIELDS = Table(
+    fields.MODEL,
+    fields.DEPLOYMENT,
+    fields.ENGINE_HOST,
+    fields.ENGINE_PORT,
+    fields.ENGINE_MAX_MODEL_LEN,
+    Field(
+        "ENGINE_GPU_MEMORY_UTILIZATION",
+        "number",
+        0.85,
+        "share of the engine GPU's memory vLLM may take",
+        fix=GPU_FRACTION_FIX,
+        maximum=1.0,
+    ),
+    Field("ENGINE_TENSOR_PARALLEL_SIZE", "integer", 1, "vLLM tensor-parallel size", minimum=1),
+    Field("ENGINE_DATA_PARALLEL_SIZE", "integer", 1, "vLLM data-parallel size", minimum=1),
+    Field("ENGINE_DTYPE", "text", "bfloat16", "engine precision; agrees with the trainer's"),
+    Field("TOOL_CALL_PARSER", "text", "hermes", "vLLM's tool-call parser for this model family"),
+    Field("REASONING_PARSER", "text", "", "vLLM's reasoning parser, e.g. qwen3; empty: none"),
+    Field("CHAT_TEMPLATE_KWARGS", "text", "", "JSON passed as --default-chat-template-kwargs"),
+    Field("ENGINE_EXTRA_ARGS", "text", "", "extra `vllm serve` arguments; required flags cannot be overridden"),
+    Field(
+        "ENGINE_LOGPROBS_UNPROVEN_OK",
+        "text",
+        "",
+        "the served model id whose processed logprobs the probe may accept unproven",
+    ),
+)
 
 
 def _flag_name(token: str) -> str:
@@ -65,14 +91,10 @@ def _flag_name(token: str) -> str:
     return name
 
 
-def _positive_int(read: Env, key: str, default: int) -> str:
-    return str(read.integer(key, default, minimum=1))
-
-
-def _fraction(read: Env, key: str, default: float) -> str:
-    value = read.number(key, default, maximum=1.0, fix=f"set {key} to a fraction of the GPU in (0, 1], e.g. 0.85")
+def _gpu_fraction(read: Env) -> str:
+    value = read.get(FIELDS["ENGINE_GPU_MEMORY_UTILIZATION"])
     if value <= 0:
-        raise ConfigError(f"{key}={value:g} is not in (0, 1]: set {key} to a fraction of the GPU, e.g. 0.85")
+        raise EnvError(f"ENGINE_GPU_MEMORY_UTILIZATION={value:g} is not in (0, 1]: {GPU_FRACTION_FIX}")
     return f"{value:g}"
 
 
@@ -84,52 +106,40 @@ def check_extra_args(extra: list[str]) -> None:
         name = _flag_name(token)
         value = token.split("=", 1)[1] if "=" in token else (extra[i + 1] if i + 1 < len(extra) else "")
         if name == "--host" and value not in LOOPBACK_HOSTS:
-            raise ConfigError(
+            raise EnvError(
                 f"ENGINE_EXTRA_ARGS binds the engine to {value or 'an unspecified host'!r}: the engine is on "
                 "the host network and must listen on 127.0.0.1 only (only the capture proxy is public); "
                 "remove --host from ENGINE_EXTRA_ARGS"
             )
         negated = "--" + name[len("--no-") :] if name.startswith("--no-") else None
         if name in REQUIRED_CAPTURE_FLAGS or negated in REQUIRED_CAPTURE_FLAGS:
-            raise ConfigError(
+            raise EnvError(
                 f"ENGINE_EXTRA_ARGS contains {token!r}, which overrides a flag the training path requires "
                 "(--return-tokens-as-token-ids, --logprobs-mode processed_logprobs, "
                 "--weight-transfer-config, --enable-auto-tool-choice); remove it from ENGINE_EXTRA_ARGS"
             )
         if name in MANAGED_FLAGS:
-            raise ConfigError(
+            raise EnvError(
                 f"ENGINE_EXTRA_ARGS contains {name}, which the launcher sets from {MANAGED_FLAGS[name]}; "
                 f"set {MANAGED_FLAGS[name]} in .env instead"
             )
 
 
 def build_command(env: Mapping[str, str]) -> list[str]:
-    """The full argv for `vllm serve`, or ConfigError naming the setting to fix."""
+    """The full argv for `vllm serve`, or EnvError naming the setting to fix."""
     read = Env(env)
-    model = read.text("MODEL")
-    if not model:
-        raise ConfigError("MODEL is empty: set MODEL in .env to a Hugging Face model id or a local path")
-    try:
-        where = deployment.read(env)
-    except deployment.DeploymentError as exc:
-        raise ConfigError(str(exc)) from None
+
+    def get(name: str):
+        return read.get(FIELDS[name])
+
+    model = get("MODEL")
+    where = get("DEPLOYMENT")
     # In a pod (DEPLOYMENT=kubernetes) the engine binds the pod's interface; NetworkPolicies keep it in.
-    host = read.text("ENGINE_HOST", "127.0.0.1")
-    if where != deployment.KUBERNETES:
-        host = read.choice(
-            "ENGINE_HOST",
-            "127.0.0.1",
-            LOOPBACK_HOSTS,
-            fix="the engine is on the host network and must bind 127.0.0.1 (only the capture proxy is public); "
-            "set ENGINE_HOST=127.0.0.1",
-        )
-    port = str(read.port("ENGINE_PORT", DEFAULT_PORTS["ENGINE_PORT"]))
-    tool_parser = read.text("TOOL_CALL_PARSER")
-    if not tool_parser:
-        raise ConfigError(
-            "TOOL_CALL_PARSER is empty: mini-swe-agent drives the model through OpenAI tool calls, so vLLM "
-            "needs the model's parser (e.g. hermes for Qwen3); set TOOL_CALL_PARSER in .env"
-        )
+    host = (
+        read.text("ENGINE_HOST", fields.ENGINE_HOST.default) if where == deployment.KUBERNETES else get("ENGINE_HOST")
+    )
+    port = str(get("ENGINE_PORT"))
+    tool_parser = get("TOOL_CALL_PARSER")
 
     argv = [
         "vllm",
@@ -140,32 +150,32 @@ def build_command(env: Mapping[str, str]) -> list[str]:
         "--port",
         port,
         "--max-model-len",
-        _positive_int(read, "ENGINE_MAX_MODEL_LEN", 32768),
+        str(get("ENGINE_MAX_MODEL_LEN")),
         "--gpu-memory-utilization",
-        _fraction(read, "ENGINE_GPU_MEMORY_UTILIZATION", 0.85),
+        _gpu_fraction(read),
         "--tensor-parallel-size",
-        _positive_int(read, "ENGINE_TENSOR_PARALLEL_SIZE", 1),
+        str(get("ENGINE_TENSOR_PARALLEL_SIZE")),
         "--data-parallel-size",
-        _positive_int(read, "ENGINE_DATA_PARALLEL_SIZE", 1),
+        str(get("ENGINE_DATA_PARALLEL_SIZE")),
         "--dtype",
-        read.text("ENGINE_DTYPE", "bfloat16"),
+        get("ENGINE_DTYPE"),
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         tool_parser,
     ]
-    reasoning = read.text("REASONING_PARSER")
+    reasoning = get("REASONING_PARSER")
     if reasoning:
         argv += ["--reasoning-parser", reasoning]
-    kwargs = read.text("CHAT_TEMPLATE_KWARGS")
+    kwargs = get("CHAT_TEMPLATE_KWARGS")
     if kwargs:
         try:
             parsed = json.loads(kwargs)
         except ValueError as exc:
-            raise ConfigError(
+            raise EnvError(
                 f"CHAT_TEMPLATE_KWARGS is not JSON ({exc}); write a JSON object, e.g. '{{\"enable_thinking\": false}}'"
             ) from None
         if not isinstance(parsed, dict):
-            raise ConfigError("CHAT_TEMPLATE_KWARGS must be a JSON object, e.g. '{\"enable_thinking\": false}'")
+            raise EnvError("CHAT_TEMPLATE_KWARGS must be a JSON object, e.g. '{\"enable_thinking\": false}'")
         argv += ["--default-chat-template-kwargs", json.dumps(parsed, separators=(",", ":"))]
     argv += [
         "--return-tokens-as-token-ids",
@@ -175,9 +185,9 @@ def build_command(env: Mapping[str, str]) -> list[str]:
         WEIGHT_TRANSFER_CONFIG,
     ]
     try:
-        extra = shlex.split(env.get("ENGINE_EXTRA_ARGS") or "")
+        extra = shlex.split(get("ENGINE_EXTRA_ARGS"))
     except ValueError as exc:
-        raise ConfigError(f"ENGINE_EXTRA_ARGS cannot be parsed as shell words ({exc}); fix its quoting") from None
+        raise EnvError(f"ENGINE_EXTRA_ARGS cannot be parsed as shell words ({exc}); fix its quoting") from None
     check_extra_args(extra)
     return argv + extra
 

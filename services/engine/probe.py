@@ -9,8 +9,8 @@ request's temperature (processed, not raw). Each failure names the flag that fix
 
 The temperature test pins the sampling it needs. vLLM applies the model's generation config to every
 request that leaves a field unset (Qwen3: top_k 20, top_p 0.95), which can cut the probe's runner-up token
-to -9999; the gap is then unmeasurable, and an unmeasurable gap used to pass as "unknown". Now the probe
-sends top_k/top_p/min_p that truncate nothing, and a gap it still cannot measure is UNHEALTHY unless the
+to -9999, and an unmeasurable gap proves nothing. So the probe sends top_k/top_p/min_p that truncate
+nothing, and a gap it still cannot measure is UNHEALTHY unless the
 operator accepted that very model by name (ENGINE_LOGPROBS_UNPROVEN_OK=<served model id>).
 
 Stdlib only: it runs inside the vLLM image (which may lack requests) and inside the mock engine's.
@@ -26,9 +26,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from stack import fields
 from stack.endpoints import openai_base
 from stack.env import Env, EnvError
-from stack.facts import DEFAULT_PORTS
 
 FLAG_IDS = "--return-tokens-as-token-ids"
 FLAG_PROCESSED = "--logprobs-mode processed_logprobs"
@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         base = (
             argv[0]
             if argv
-            else f"http://{read.text('ENGINE_HOST', '127.0.0.1')}:{read.port('ENGINE_PORT', DEFAULT_PORTS['ENGINE_PORT'])}"
+            # Any host the engine binds (a pod's address on Kubernetes), not only the loopback choices.
+            else f"http://{read.text('ENGINE_HOST', fields.ENGINE_HOST.default)}:{read.get(fields.ENGINE_PORT)}"
         )
     except EnvError as exc:
         print(f"engine UNHEALTHY: {exc}")

@@ -1,4 +1,4 @@
-"""Startup checks: each returns what is usable, or raises `ConfigError` with the one line that names the fix.
+"""Startup checks: each returns what is usable, or raises `EnvError` with the one line that names the fix.
 
 Fatal: a dataset that does not resolve, a sandbox backend that cannot work (SANDBOX=e2b without a key,
 SANDBOX=docker without a daemon or without TRIALS_DIR mounted at its own path), a wheelhouse that is
@@ -17,9 +17,10 @@ from typing import Any
 import httpx
 
 from stack import handoff, mountinfo
+from stack.backends import SANDBOXES
 from stack.facts import DEFAULT_DATASET
 
-from .settings import REMOTE_TASKS_OK_PHRASE, ConfigError, Settings
+from .settings import REMOTE_TASKS_OK_PHRASE, EnvError, Settings
 
 # --- datasets -------------------------------------------------------------------------------------
 
@@ -43,7 +44,7 @@ def check_datasets(specs: tuple[str, ...]) -> list[DatasetStatus]:
         if _looks_like_path(spec) and not Path(spec).expanduser().is_dir():
             # Without this, OpenEnv would treat a mistyped folder as a Harbor registry name and fail
             # later with a registry error that never mentions the path.
-            raise ConfigError(
+            raise EnvError(
                 f"DATASETS entry {spec!r} is not a folder inside env-server: fix DATASETS in .env "
                 f"(default {DEFAULT_DATASET}) or mount that folder into the env-server container"
             )
@@ -51,7 +52,7 @@ def check_datasets(specs: tuple[str, ...]) -> list[DatasetStatus]:
             dirs = resolve_task_dirs(spec)
         except Exception as exc:  # noqa: BLE001 - any failure here is a dataset the server cannot serve
             detail = " ".join(str(exc).split())[:200]
-            raise ConfigError(
+            raise EnvError(
                 f"DATASETS entry {spec!r} did not resolve ({type(exc).__name__}: {detail}); fix DATASETS "
                 "in .env: a local folder of Harbor tasks, a Hub dataset id (needs HF_TOKEN for a private "
                 "one), or a Harbor registry name@version"
@@ -67,11 +68,11 @@ def check_dataset_sources(settings: Settings) -> None:
     daemon, through a socket that is root on the host (a compose file can bind-mount `/`). A task from
     the Hub or a registry is code from a stranger; E2B sandboxes run it on E2B's machines instead.
     """
-    if settings.sandbox != "docker" or settings.remote_tasks_ok:
+    if not SANDBOXES.get(settings.sandbox).host_docker or settings.remote_tasks_ok:
         return
     remote = [spec for spec in settings.datasets if not _looks_like_path(spec)]
     if remote:
-        raise ConfigError(
+        raise EnvError(
             f"SANDBOX=docker builds each task's Dockerfile and compose file on this host's Docker daemon, so it "
             f"takes local dataset folders only, and DATASETS entry {remote[0]!r} is not one: download it, read "
             "it, and point DATASETS at the folder; or set SANDBOX_DOCKER_REMOTE_TASKS_OK="
@@ -124,7 +125,7 @@ def check_trials_dir(trials_dir: str, *, containerised: bool, mounts: set[str] |
     if containerised:
         mounts = _mount_points() if mounts is None else mounts
         if str(path) not in mounts:
-            raise ConfigError(
+            raise EnvError(
                 f"SANDBOX=docker drives the host's Docker daemon, which resolves Harbor's bind mounts on the "
                 f"host, but TRIALS_DIR={trials_dir} is not mounted into env-server: add the volume "
                 f"'{trials_dir}:{trials_dir}' (same absolute path on both sides) to env-server"
@@ -135,7 +136,7 @@ def check_trials_dir(trials_dir: str, *, containerised: bool, mounts: set[str] |
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise ConfigError(
+        raise EnvError(
             f"TRIALS_DIR={trials_dir} is not writable by env-server ({exc.strerror}); fix the folder's "
             "owner on the host or point TRIALS_DIR elsewhere"
         ) from None
@@ -149,7 +150,7 @@ def _run(cmd: list[str], timeout: float = 15.0) -> subprocess.CompletedProcess:
 def check_docker() -> str:
     """The docker CLI, compose v2, and a daemon that answers."""
     if shutil.which("docker") is None:
-        raise ConfigError("SANDBOX=docker needs the docker CLI in env-server: rebuild images/env-server")
+        raise EnvError("SANDBOX=docker needs the docker CLI in env-server: rebuild images/env-server")
     try:
         info = _run(["docker", "info", "--format", "{{.ServerVersion}}"])
     except subprocess.TimeoutExpired:
@@ -163,13 +164,13 @@ def check_docker() -> str:
             detail = " ".join(info.stderr.split())[:160] or (
                 f"`docker info` exited {info.returncode} with no server version"
             )
-        raise ConfigError(
+        raise EnvError(
             "SANDBOX=docker but the Docker daemon does not answer from env-server "
             f"({detail}): mount /var/run/docker.sock into env-server (compose.cpu.yaml does)"
         )
     compose = _run(["docker", "compose", "version", "--short"])
     if compose.returncode != 0:
-        raise ConfigError(
+        raise EnvError(
             "SANDBOX=docker needs the compose v2 plugin (`docker compose`) in env-server: rebuild images/env-server"
         )
     return f"docker    daemon {info.stdout.strip()}, compose {compose.stdout.strip()}"
@@ -177,21 +178,19 @@ def check_docker() -> str:
 
 def check_sandbox(settings: Settings, *, containerised: bool | None = None) -> SandboxReport:
     report = SandboxReport(settings.sandbox)
-    if settings.sandbox == "e2b":
-        if not settings.e2b_key_set:
-            raise ConfigError(
-                "SANDBOX=e2b needs E2B_API_KEY: set E2B_API_KEY in .env (from your E2B dashboard), "
-                "or set SANDBOX=docker to run sandboxes on this host"
-            )
-        report.lines.append("e2b       E2B_API_KEY is set (not validated until the first sandbox)")
-    elif settings.sandbox == "docker":
+    backend = SANDBOXES.get(settings.sandbox)
+    if missing := backend.missing_credentials(settings.credentials_set):
+        raise EnvError(missing)
+    for name in settings.credentials_set:
+        report.lines.append(f"{backend.name:<9} {name} is set (not validated until the first sandbox)")
+    if backend.host_docker:
         report.lines.append(check_docker())
         containerised = in_container() if containerised is None else containerised
         report.lines.append(check_trials_dir(settings.trials_dir, containerised=containerised))
     if settings.agent_install == "wheelhouse":
         wheels = sorted(Path(settings.wheelhouse_dir).glob("mini_swe_agent-*.whl"))
         if not wheels:
-            raise ConfigError(
+            raise EnvError(
                 f"AGENT_INSTALL=wheelhouse but {settings.wheelhouse_dir} holds no mini_swe_agent wheel: "
                 f"run `pip download mini-swe-agent==2.4.6 -d <dir>` for the sandbox's Python and mount it "
                 f"at WHEELHOUSE_DIR, or use AGENT_INSTALL=preinstalled"

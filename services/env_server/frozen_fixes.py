@@ -36,9 +36,3 @@ class FrozenInferenceClient(InferenceClient):
 def freeze() -> None:
     """Make every capture client built from now on a frozen one (idempotent)."""
     capture_server.InferenceClient = FrozenInferenceClient
-
-
-def frozen(app: Any) -> bool:
-    """Whether the app's default client is frozen (for the startup report and tests)."""
-    client = getattr(app.state, "inference", None)
-    return client is None or isinstance(client, FrozenInferenceClient)

@@ -11,8 +11,8 @@ import sys
 
 import httpx
 
+from stack import fields
 from stack.env import Env, EnvError
-from stack.facts import DEFAULT_PORTS
 
 
 def _host(read: Env, name: str) -> str:
@@ -23,8 +23,8 @@ def _host(read: Env, name: str) -> str:
 def check(timeout: float = 5.0) -> tuple[bool, str]:
     read = Env()
     try:
-        capture_port = read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"])
-        task_port = read.port("ENV_SERVER_PORT", DEFAULT_PORTS["ENV_SERVER_PORT"])
+        capture_port = read.get(fields.CAPTURE_PORT)
+        task_port = read.get(fields.ENV_SERVER_PORT)
     except EnvError as exc:
         return False, str(exc)
     capture = f"http://{_host(read, 'CAPTURE_HOST')}:{capture_port}/health"

@@ -227,7 +227,9 @@ def install_wait(prebuilds: Prebuilds, say: Callable[[str], None]) -> None:
 def begin(sandbox: str, datasets: Iterable[str], prefix: str, say: Callable[[str], None]) -> list[str]:
     """Startup: with SANDBOX=docker, schedule the configured tasks' images and hook the rollouts' wait.
     Returns the startup report's lines; never raises (a server without prebuilds works as before)."""
-    if sandbox != "docker":
+    from stack.backends import SANDBOXES
+
+    if not SANDBOXES.get(sandbox).host_docker:
         return [f"prebuild  none: SANDBOX={sandbox} builds its sandboxes on its own side"]
     try:
         from openenv.harbor.tasks import resolve_task_dirs

@@ -23,7 +23,7 @@ import re
 import subprocess
 from typing import Any
 
-from stack import mountinfo
+from stack import backends, mountinfo
 
 PROJECT_LABEL = "com.docker.compose.project"
 
@@ -107,7 +107,7 @@ def stack_name(configured: str, sandbox: str) -> str:
     if configured:
         return configured
     container = own_container_id()
-    if sandbox == "docker" and container:
+    if backends.SANDBOXES.get(sandbox).host_docker and container:
         me = _docker("inspect", container, "--format", '{{index .Config.Labels "' + PROJECT_LABEL + '"}}')
         if me.returncode == 0 and me.stdout.strip() not in ("", "<no value>"):
             return me.stdout.strip()
@@ -124,9 +124,13 @@ def own_container_id(text: str | None = None) -> str:
 
 
 def reap(sandbox: str, prefix: str) -> str:
-    """Reap this stack's leftover sandboxes; returns the startup report line. Never fatal."""
+    """Reap this stack's leftover sandboxes with the backend's own reaper (stack/backends.py); returns the
+    startup report line. Never fatal."""
+    backend = backends.SANDBOXES.get(sandbox)
+    if not backend.reaper:
+        return f"reaped    nothing: the {sandbox} backend names no reaper, so earlier sandboxes were not looked for"
     try:
-        count, problems = (reap_docker if sandbox == "docker" else reap_e2b)(prefix)
+        count, problems = backends.load(backend.reaper)(prefix)
     except Exception as exc:  # noqa: BLE001 - the server still starts; the line says what was not checked
         return f"reaped    could not list earlier {sandbox} sandboxes ({type(exc).__name__}: {str(exc)[:160]})"
     line = f"reaped    {count} {sandbox} sandbox(es) an earlier run of stack '{prefix}' left behind"

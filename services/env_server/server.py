@@ -18,10 +18,11 @@ import sys
 from typing import Any
 
 from stack import handoff
+from stack.backends import SANDBOXES
 from stack.endpoints import openai_base
 from stack.facts import LOOPBACK_HOSTS
 
-from .settings import ConfigError, Settings
+from .settings import EnvError, Settings
 
 log = logging.getLogger("env_server")
 
@@ -85,7 +86,7 @@ def make_server(app: Any, settings: Settings, service: Any, inflight: Any):
 
     class DrainingServer(uvicorn.Server):
         """SIGTERM/SIGINT: refuse new rollouts, cancel running ones so Harbor stops their sandboxes,
-        wait up to SHUTDOWN_GRACE_S, then stop both servers. A second signal exits at once."""
+        wait up to ENV_SERVER_SHUTDOWN_GRACE_S, then stop both servers. A second signal exits at once."""
 
         _loop: asyncio.AbstractEventLoop | None = None
         _draining = False
@@ -137,7 +138,7 @@ def main() -> None:
     say("env-server: starting (OpenEnv harbor server; Task API + MCP, capture proxy)")
     try:
         settings = Settings.from_env()
-    except ConfigError as exc:
+    except EnvError as exc:
         fail(str(exc))
 
     from . import checks
@@ -147,7 +148,7 @@ def main() -> None:
         checks.check_dataset_sources(settings)
         datasets = checks.check_datasets(settings.datasets)
         sandbox = checks.check_sandbox(settings)
-    except ConfigError as exc:
+    except EnvError as exc:
         fail(str(exc))
     for d in datasets:
         lines.append(f"dataset   {d.spec}: {d.num_tasks} tasks")
@@ -167,7 +168,7 @@ def main() -> None:
     sandboxes.install_prefix(prefix)
     lines.append(f"stack     sandboxes are named {prefix}-<task>-<id> (STACK_NAME)")
     lines.append(sandboxes.reap(settings.sandbox, prefix))
-    if settings.sandbox == "docker":
+    if SANDBOXES.get(settings.sandbox).host_docker:
         from . import sandbox_stop
 
         lines.append(sandbox_stop.install())

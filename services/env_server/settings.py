@@ -1,6 +1,6 @@
-"""The env server's configuration, read once from the environment (compose.yaml sets every name).
+"""The env server's configuration, read once from the environment through its field table (FIELDS).
 
-Every bad value is one `ConfigError` line that names the variable and the fix, so `docker compose
+Every bad value is one `EnvError` line that names the variable and the fix, so `docker compose
 logs env-server` says what to change instead of showing a traceback.
 """
 
@@ -9,19 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stack.endpoints import DEFAULT_ENGINE_URL, read_engine_url
-from stack.env import Env, EnvError
-from stack.facts import (
-    AGENT_INSTALLS,
-    DEFAULT_DATASET,
-    DEFAULT_PORTS,
-    DEFAULT_SANDBOX,
-    DEFAULT_TUNNEL_PROVIDER,
-    HANDOFF_DIR,
-    SANDBOXES,
-    TUNNEL_PROVIDER_ALIASES,
-    TUNNEL_PROVIDERS,
-)
+from stack import fields
+from stack.backends import SANDBOXES
+from stack.endpoints import read_engine_url
+from stack.env import Env, EnvError, Field, Table
 
 # Addresses that mean "every interface": the capture proxy is the one public surface and must be bound
 # to one interface on purpose (loopback behind a tunnel, or the address the sandboxes route to).
@@ -30,38 +21,97 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*", "")
 # socket is root on the host): only tasks from a local folder the operator put there, unless this phrase.
 REMOTE_TASKS_OK_PHRASE = "i-trust-these-tasks-with-this-host"
 
-ConfigError = EnvError
+
+F = fields
+FIELDS = Table(
+    Field("ENV_SERVER_HOST", "text", "127.0.0.1", "address the Task API binds"),
+    F.ENV_SERVER_PORT,
+    F.CAPTURE_HOST,
+    F.CAPTURE_PORT,
+    F.ENGINE_URL,
+    F.MODEL,
+    F.DATASETS,
+    F.EVAL_DATASETS,
+    F.SANDBOX,
+    F.E2B_API_KEY,
+    Field(
+        "OPENENV_CAPTURE_ADMIN_KEY",
+        "text",
+        "",
+        "key for the capture proxy's management routes; empty: a random one per start",
+        secret=True,
+    ),
+    F.MAX_OUTPUT_TOKENS,
+    Field(
+        "MAX_CONCURRENT_ENVS",
+        "integer",
+        16,
+        "sandboxes the env server runs at once; raised to MAX_INFLIGHT_ROLLOUTS when below it",
+        minimum=1,
+    ),
+    F.MAX_INFLIGHT_ROLLOUTS,
+    F.TUNNEL_PROVIDER,
+    F.AGENT_INSTALL,
+    Field("WHEELHOUSE_DIR", "path", "/wheelhouse", "AGENT_INSTALL=wheelhouse: the wheels' folder in the container"),
+    Field("TRIALS_DIR", "path", "/var/lib/asyncgrpo-harbor/trials", "Harbor trial folders (same path on the host)"),
+    F.HANDOFF_DIR,
+    # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL.
+    Field(
+        "ENV_SERVER_SHUTDOWN_GRACE_S",
+        "number",
+        75.0,
+        "seconds spent closing in-flight sandboxes on stop; below ENV_SERVER_STOP_GRACE",
+        minimum=0,
+    ),
+    # A full 32k-token context is ~150 KB of JSON; 8 MB is generous.
+    Field("CAPTURE_MAX_BODY_MB", "integer", 8, "largest request body a sandbox may send, in MB", minimum=1),
+    Field("CAPTURE_MAX_CONCURRENT", "integer", 64, "model calls served at once on the capture port", minimum=1),
+    Field("TASK_ENV_ALLOW", "words", (), "host variables a task's task.toml may read; empty: none"),
+    F.DIRECT_URL,
+    Field(
+        "SANDBOX_DOCKER_REMOTE_TASKS_OK",
+        "phrase",
+        "",
+        "SANDBOX=docker: the opt-out for tasks that are not local folders",
+        fix=f"set it to exactly {REMOTE_TASKS_OK_PHRASE}, or leave it empty",
+        choices=(REMOTE_TASKS_OK_PHRASE,),
+    ),
+    F.STACK_NAME,
+)
+
+
+def _d(name: str):
+    return FIELDS[name].default
 
 
 @dataclass(frozen=True)
 class Settings:
-    env_server_host: str = "127.0.0.1"
-    env_server_port: int = 8000
-    capture_host: str = "127.0.0.1"
-    capture_port: int = 8100
-    engine_url: str = DEFAULT_ENGINE_URL  # the root; stack.endpoints.openai_base adds /v1
-    model: str = ""
-    datasets: tuple[str, ...] = (DEFAULT_DATASET,)
-    sandbox: str = "e2b"
-    # Whether a key is present; the key itself is never held here, so no report can print it.
-    e2b_key_set: bool = False
+    env_server_host: str = _d("ENV_SERVER_HOST")
+    env_server_port: int = _d("ENV_SERVER_PORT")
+    capture_host: str = _d("CAPTURE_HOST")
+    capture_port: int = _d("CAPTURE_PORT")
+    engine_url: str = _d("ENGINE_URL")  # the root; stack.endpoints.openai_base adds /v1
+    model: str = _d("MODEL")
+    datasets: tuple[str, ...] = _d("DATASETS")
+    sandbox: str = _d("SANDBOX")
+    # Which of the backend's credentials are set; a key itself is never held here, so no report can print it.
+    credentials_set: tuple[str, ...] = ()
     admin_key_set: bool = False
-    max_output_tokens: int = 4096
-    max_concurrent_envs: int = 16
-    max_inflight_rollouts: int = 8
-    tunnel_provider: str = "cloudflared"
-    agent_install: str = "online"
-    wheelhouse_dir: str = "/wheelhouse"
-    trials_dir: str = "/var/lib/asyncgrpo-harbor/trials"
-    handoff_dir: str = HANDOFF_DIR
-    # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL.
-    shutdown_grace_s: float = 75.0
-    # The public front (front.py). A full 32k-token context is ~150 KB of JSON; 8 MB is generous.
-    capture_max_body_mb: int = 8
-    capture_max_concurrent: int = 64
+    max_output_tokens: int = _d("MAX_OUTPUT_TOKENS")
+    max_concurrent_envs: int = _d("MAX_CONCURRENT_ENVS")
+    max_inflight_rollouts: int = _d("MAX_INFLIGHT_ROLLOUTS")
+    tunnel_provider: str = _d("TUNNEL_PROVIDER")
+    agent_install: str = _d("AGENT_INSTALL")
+    wheelhouse_dir: str = _d("WHEELHOUSE_DIR")
+    trials_dir: str = _d("TRIALS_DIR")
+    handoff_dir: str = _d("HANDOFF_DIR")
+    shutdown_grace_s: float = _d("ENV_SERVER_SHUTDOWN_GRACE_S")
+    # The public front (front.py).
+    capture_max_body_mb: int = _d("CAPTURE_MAX_BODY_MB")
+    capture_max_concurrent: int = _d("CAPTURE_MAX_CONCURRENT")
     # Host variables a task's task.toml `${VAR}` may read (task_env.py); empty: none.
-    task_env_allow: tuple[str, ...] = ()
-    direct_url: str = ""
+    task_env_allow: tuple[str, ...] = _d("TASK_ENV_ALLOW")
+    direct_url: str = _d("DIRECT_URL")
     remote_tasks_ok: bool = False
     # Names this stack's sandboxes (sandboxes.py); empty: the compose project (docker) or "asyncgrpo-harbor".
     stack_name: str = ""
@@ -71,24 +121,23 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         read = Env(env, collect=True)
+
+        def get(name: str):
+            return read.get(FIELDS[name])
+
         notes: list[str] = []
-        sandbox = read.choice(
-            "SANDBOX",
-            DEFAULT_SANDBOX,
-            SANDBOXES,
-            fix="set SANDBOX to e2b (production) or docker (local sandboxes)",
-        )
-        agent_install = read.choice("AGENT_INSTALL", "online", AGENT_INSTALLS)
-        datasets = tuple(d.strip() for d in read.text("DATASETS", DEFAULT_DATASET).split(",") if d.strip())
+        sandbox = get("SANDBOX")
+        agent_install = get("AGENT_INSTALL")
+        datasets = get("DATASETS")
 
         # Held-out datasets are served from the same process (shared sandbox templates); the trainer
         # keeps them out of training (trainer/task_select.py).
-        for spec in (d.strip() for d in read.text("EVAL_DATASETS").split(",")):
-            if spec and spec not in datasets:
+        for spec in get("EVAL_DATASETS"):
+            if spec not in datasets:
                 datasets += (spec,)
 
-        max_inflight = read.integer("MAX_INFLIGHT_ROLLOUTS", 8, minimum=1)
-        max_envs = read.integer("MAX_CONCURRENT_ENVS", 16, minimum=1)
+        max_inflight = get("MAX_INFLIGHT_ROLLOUTS")
+        max_envs = get("MAX_CONCURRENT_ENVS")
         if max_envs < max_inflight:
             # Each in-flight rollout holds one MCP session for its whole run; with fewer sessions than
             # rollouts the surplus is refused by OpenEnv's session cap, and the trainer sees failures.
@@ -98,56 +147,49 @@ class Settings:
             )
             max_envs = max_inflight
 
-        capture_host = read.text("CAPTURE_HOST", "127.0.0.1")
+        capture_host = get("CAPTURE_HOST")
         if capture_host in WILDCARD_HOSTS:
-            raise ConfigError(
+            raise EnvError(
                 f"CAPTURE_HOST={capture_host!r} would publish the capture proxy on every interface: set it to "
                 "127.0.0.1 (behind a tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)"
             )
-        tunnel_provider = read.choice(
-            "TUNNEL_PROVIDER", DEFAULT_TUNNEL_PROVIDER, TUNNEL_PROVIDERS, aliases=TUNNEL_PROVIDER_ALIASES
-        )
-        direct_url = read.url("DIRECT_URL", fix="set DIRECT_URL with its scheme, e.g. https://capture.example.com")
-        if tunnel_provider == "direct" and sandbox == "e2b" and direct_url.lower().startswith("http://"):
-            raise ConfigError(
-                f"DIRECT_URL={direct_url} is plain http but SANDBOX=e2b sandboxes reach it across the internet, "
+        tunnel_provider = get("TUNNEL_PROVIDER")
+        direct_url = get("DIRECT_URL")
+        remote = not SANDBOXES.get(sandbox).host_docker
+        if tunnel_provider == "direct" and remote and direct_url.lower().startswith("http://"):
+            raise EnvError(
+                f"DIRECT_URL={direct_url} is plain http but SANDBOX={sandbox} sandboxes reach it across the internet, "
                 "where each sandbox's session key would travel in clear text: put TLS in front of the capture "
                 "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
             )
-        task_env_allow = tuple(v.strip() for v in read.text("TASK_ENV_ALLOW").split(",") if v.strip())
-        remote_ok = read.text("SANDBOX_DOCKER_REMOTE_TASKS_OK")
-        if remote_ok and remote_ok != REMOTE_TASKS_OK_PHRASE:
-            raise ConfigError(
-                f"SANDBOX_DOCKER_REMOTE_TASKS_OK={remote_ok!r} is not the opt-out phrase: set it to exactly "
-                f"{REMOTE_TASKS_OK_PHRASE}, or leave it empty"
-            )
+        remote_ok = get("SANDBOX_DOCKER_REMOTE_TASKS_OK")
 
         settings = cls(
-            env_server_host=read.text("ENV_SERVER_HOST", "127.0.0.1"),
-            env_server_port=read.port("ENV_SERVER_PORT", DEFAULT_PORTS["ENV_SERVER_PORT"]),
+            env_server_host=get("ENV_SERVER_HOST"),
+            env_server_port=get("ENV_SERVER_PORT"),
             capture_host=capture_host,
-            capture_port=read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"]),
+            capture_port=get("CAPTURE_PORT"),
             engine_url=read_engine_url(read),
-            model=read.text("MODEL"),
-            datasets=datasets or (DEFAULT_DATASET,),
+            model=get("MODEL"),
+            datasets=datasets or fields.DATASETS.default,
             sandbox=sandbox,
-            e2b_key_set=bool(read.text("E2B_API_KEY")),
-            admin_key_set=bool(read.text("OPENENV_CAPTURE_ADMIN_KEY")),
-            max_output_tokens=read.integer("MAX_OUTPUT_TOKENS", 4096, minimum=0),
+            credentials_set=SANDBOXES.get(sandbox).credentials_set(read),
+            admin_key_set=bool(get("OPENENV_CAPTURE_ADMIN_KEY")),
+            max_output_tokens=get("MAX_OUTPUT_TOKENS"),
             max_concurrent_envs=max_envs,
             max_inflight_rollouts=max_inflight,
             tunnel_provider=tunnel_provider,
             agent_install=agent_install,
-            wheelhouse_dir=read.path("WHEELHOUSE_DIR", "/wheelhouse"),
-            trials_dir=read.path("TRIALS_DIR", "/var/lib/asyncgrpo-harbor/trials"),
-            handoff_dir=read.path("HANDOFF_DIR", HANDOFF_DIR),
-            shutdown_grace_s=read.number("SHUTDOWN_GRACE_S", 75.0, minimum=0),
-            capture_max_body_mb=read.integer("CAPTURE_MAX_BODY_MB", 8, minimum=1),
-            capture_max_concurrent=read.integer("CAPTURE_MAX_CONCURRENT", 64, minimum=1),
-            task_env_allow=task_env_allow,
+            wheelhouse_dir=get("WHEELHOUSE_DIR"),
+            trials_dir=get("TRIALS_DIR"),
+            handoff_dir=get("HANDOFF_DIR"),
+            shutdown_grace_s=get("ENV_SERVER_SHUTDOWN_GRACE_S"),
+            capture_max_body_mb=get("CAPTURE_MAX_BODY_MB"),
+            capture_max_concurrent=get("CAPTURE_MAX_CONCURRENT"),
+            task_env_allow=get("TASK_ENV_ALLOW"),
             direct_url=direct_url,
             remote_tasks_ok=bool(remote_ok),
-            stack_name=read.text("STACK_NAME"),
+            stack_name=get("STACK_NAME"),
             notes=tuple(notes),
         )
         read.check()

@@ -1,7 +1,9 @@
-"""The guard checks. Each returns None or one line that says what is wrong AND how to fix it.
+"""The guard checks. Each returns None, one line or a list of lines, each saying what is wrong AND how
+to fix it.
 
-They read a plain mapping (the environment) and take their probes (mountinfo path, GPU counter,
-socket path) as arguments, so every check can be triggered by a test without a GPU or a bucket.
+They read a plain mapping (the environment) through the same field tables the services start with
+(stack.fields, trainer.config, ...), and take their probes (mountinfo path, GPU counter, socket path) as
+arguments, so every check can be triggered by a test without a GPU or a bucket.
 """
 
 from __future__ import annotations
@@ -17,24 +19,93 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from stack import mountinfo
-from stack.env import Env, EnvError
-from stack.facts import (
-    BUCKET_DIR,
-    BUCKET_OPT_OUT_PHRASE,
-    DEFAULT_PORTS,
-    DEFAULT_SANDBOX,
-    DEFAULT_TUNNEL_PROVIDER,
-    SANDBOXES,
-    TUNNEL_PROVIDER_ALIASES,
-    TUNNEL_PROVIDERS,
-)
+from stack import fields, mountinfo
+from stack.backends import SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
+from stack.env import Env, EnvError, Field, Table
+from stack.facts import BUCKET_OPT_OUT_PHRASE
 
 from . import cluster, disk, ports
 from .bucket import bucket_verdict
-from .train_script import TrainScriptError, resolve
 
 OPT_OUT_PHRASE = BUCKET_OPT_OUT_PHRASE
+F = fields
+# Preflight's own settings, and the shared ones its checks read. The trainer's are read by its own reader
+# (check_trainer_settings), the stop rules' by theirs: one rule, one place.
+FIELDS = Table(
+    Field(
+        "REQUIRED_GPUS",
+        "integer",
+        2,
+        "GPUs preflight requires on this host",
+        fix="set it to the GPUs this host must have (2; 0 in the CPU form)",
+        minimum=0,
+    ),
+    Field("MIN_FREE_DISK_GB", "integer", 0, "a floor, in GB, under the free space the disk guard sizes", minimum=0),
+    Field("COMPOSE_PROFILES", "words", (), "compose profiles; cloudflared exactly when TUNNEL_PROVIDER=cloudflared"),
+    F.BUCKET_DIR,
+    F.BUCKET_NOT_A_MOUNT_OK,
+    F.HF_HOME,
+    F.CHECKPOINT_ROOT,
+    F.SANDBOX,
+    F.E2B_API_KEY,
+    F.PORTS,
+    F.TUNNEL_PROVIDER,
+    F.TRAIN_SCRIPT,
+    F.RUN_NAME,
+    F.WEIGHT_TRANSFER,
+    F.DEPLOYMENT,
+)
+
+
+class Settings(Mapping):
+    """Preflight's settings, read once through FIELDS (a bad value reads as its default, its line kept in
+    `refusals`), over the raw environment, which the checks hand on to the readers they call (the trainer's,
+    DEPLOYMENT's) and read the launcher's own variables from."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self.env = env
+        read = Env(env, collect=True)
+        self.values, self.refusals = {}, {}
+        for field in FIELDS:
+            before = len(read.problems)
+            self.values[field.name] = read.get(field)
+            if len(read.problems) > before:
+                self.refusals[field.name] = read.problems[-1]
+        self.read = read  # for variables that are not settings of this stack (WORLD_SIZE, ...)
+
+    def __getitem__(self, name: str) -> str:
+        return self.env[name]
+
+    def __iter__(self):
+        return iter(self.env)
+
+    def __len__(self) -> int:
+        return len(self.env)
+
+    def value(self, name: str):
+        return self.values[name]
+
+    def trainer(self):
+        """The trainer's own settings and problems (trainer.config.read), read once for every check."""
+        if not hasattr(self, "_trainer"):
+            from trainer.config import read
+
+            self._trainer = read(self.env)
+        return self._trainer
+
+    def checked(self, name: str):
+        """The value, or EnvError with its one line (for a check that owns the setting)."""
+        if name in self.refusals:
+            raise EnvError(self.refusals[name])
+        return self.values[name]
+
+
+def _get(env: Settings, name: str):
+    """A field as the services read it; a bad value reads as its default here, because the check that
+    owns it (trainer-settings, or the service) reports it."""
+    return env.value(name)
+
+
 RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -79,9 +150,7 @@ def count_gpus() -> tuple[int, str]:
 
 
 def check_gpus(env, probes):
-    required = Env(env).integer(
-        "REQUIRED_GPUS", 2, minimum=0, fix="set it to the GPUs this host must have (2; 0 in the CPU form)"
-    )
+    required = env.checked("REQUIRED_GPUS")
     if required == 0:
         return None
     found, how = (probes.gpu_count or count_gpus)()
@@ -94,14 +163,8 @@ def check_gpus(env, probes):
 
 
 def check_bucket_mount(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
-    opt_out = (env.get("BUCKET_NOT_A_MOUNT_OK") or "").strip()
-    if opt_out and opt_out != OPT_OUT_PHRASE:
-        return (
-            f"BUCKET_NOT_A_MOUNT_OK={opt_out!r} is not the opt-out phrase: set it to exactly {OPT_OUT_PHRASE} "
-            "(or leave it empty and mount the bucket at BUCKET_PATH)"
-        )
-    if opt_out == OPT_OUT_PHRASE:
+    bucket = _get(env, "BUCKET_DIR")
+    if env.checked("BUCKET_NOT_A_MOUNT_OK"):
         return None
     try:
         mounts = mountinfo.read(probes.mountinfo_path)
@@ -117,7 +180,7 @@ def check_bucket_mount(env, probes):
 
 
 def check_bucket_writable(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
+    bucket = _get(env, "BUCKET_DIR")
     if not os.path.isdir(bucket):
         return f"bucket {bucket} does not exist in the container: bind the host's BUCKET_PATH to {bucket}"
     try:
@@ -130,8 +193,8 @@ def check_bucket_writable(env, probes):
             f"(chown/chmod BUCKET_PATH) and mount it read-write"
         )
     # status.json, the hand-off and every checkpoint's files are written by rename (atomic: a reader never
-    # sees half a file). Object-store FUSE mounts (mountpoint-s3, some gcsfuse modes) cannot rename: on
-    # main before this the first status write failed there, after the engine had loaded.
+    # sees half a file). Object-store FUSE mounts (mountpoint-s3, some gcsfuse modes) cannot rename: there
+    # the first status write fails, after the engine has loaded (measured).
     renamed = tmp + ".renamed"
     try:
         (probes.rename or os.replace)(tmp, renamed)
@@ -155,8 +218,7 @@ def _under(path: str, root: str) -> bool:
 
 
 def check_hf_home(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
-    hf_home = env.get("HF_HOME") or ""
+    bucket, hf_home = _get(env, "BUCKET_DIR"), _get(env, "HF_HOME")
     if not hf_home:
         return f"HF_HOME is not set: set HF_HOME={bucket}/hf-home so the model cache survives the VM"
     if not _under(hf_home, bucket):
@@ -167,8 +229,8 @@ def check_hf_home(env, probes):
 
 
 def check_checkpoints(env, probes):
-    bucket = env.get("BUCKET_DIR") or BUCKET_DIR
-    out = env.get("CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
+    bucket = _get(env, "BUCKET_DIR")
+    out = _get(env, "CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
     if not _under(out, bucket):
         return f"CHECKPOINT_ROOT={out} is not on the bucket: unset it (checkpoints go to {bucket}/checkpoints)"
     return None
@@ -176,13 +238,10 @@ def check_checkpoints(env, probes):
 
 def check_sandbox(env, probes):
     # The same allowed values env-server starts with: a sandbox it would refuse is refused here first.
-    sandbox = Env(env).choice(
-        "SANDBOX", DEFAULT_SANDBOX, SANDBOXES, fix="set SANDBOX to e2b (production) or docker (local sandboxes)"
-    )
-    if sandbox == "e2b":
-        if not (env.get("E2B_API_KEY") or "").strip():
-            return "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker for local sandboxes"
-    elif sandbox == "docker":
+    backend = SANDBOXES.get(env.checked("SANDBOX"))
+    if missing := backend.missing_credentials(backend.credentials_set(env.read)):
+        return missing
+    if backend.host_docker:
         if cluster.on_kubernetes(env):
             return cluster.DOCKER_SANDBOX_REFUSED
         path = probes.docker_socket
@@ -191,20 +250,22 @@ def check_sandbox(env, probes):
         except OSError:
             is_socket = False
         if not is_socket:
-            return f"SANDBOX=docker needs the Docker socket at {path}: mount /var/run/docker.sock into this container, or use SANDBOX=e2b"
+            return (
+                f"SANDBOX={backend.name} needs the Docker socket at {path}: mount /var/run/docker.sock into this "
+                f"container, or use {SANDBOXES.others(backend.name)}"
+            )
     return None
 
 
 def check_ports(env, probes):
-    read = Env(env, collect=True)
-    problems = read.problems
+    problems = [env.refusals[f.name] for f in fields.PORTS if f.name in env.refusals]
     seen: dict[int, str] = {}
     owners = None  # asked of Docker only when a port is held
-    for name, default in DEFAULT_PORTS.items():
-        before = len(problems)
-        port = read.port(name, default)
-        if len(problems) > before:
+    for field in fields.PORTS:
+        name = field.name
+        if name in env.refusals:
             continue
+        port = env.value(name)
         if port in seen:
             problems.append(f"{name} and {seen[port]} are both {port}: give each service its own port")
             continue
@@ -241,25 +302,14 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def check_named(env, probes):
-    missing = [name for name in ("MODEL", "DATASETS") if not (env.get(name) or "").strip()]
-    if missing:
-        return (
-            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} empty: name the model "
-            "(MODEL=Qwen/Qwen3-1.7B or a path on the bucket) and the tasks (DATASETS=/app/datasets/starter)"
-        )
-    return None
-
-
 def check_disk(env, probes):
     """Free space for the model cache and the checkpoints this run keeps (guards/disk.py says how it is
     sized); MIN_FREE_DISK_GB, when set, is a floor under that figure."""
-    floor_gb = Env(env).integer("MIN_FREE_DISK_GB", 0, minimum=0)
-    from trainer.config import read
-
-    settings, _problems = read(env)  # bad values read as their defaults; trainer-settings reports them
-    where = env.get("HF_HOME") or env.get("BUCKET_DIR") or BUCKET_DIR
-    size = (probes.model_size or disk.model_size)(settings.model, env.get("HF_HOME") or "")
+    floor_gb = env.checked("MIN_FREE_DISK_GB")
+    settings, _problems = env.trainer()  # bad values read as their defaults; trainer-settings reports them
+    hf_home = _get(env, "HF_HOME")
+    where = hf_home or settings.bucket_dir
+    size = (probes.model_size or disk.model_size)(settings.model, hf_home)
     if size is None:
         need, why = (
             floor_gb * 10**9,
@@ -282,23 +332,30 @@ def check_disk(env, probes):
 
 
 def check_tunnel(env, probes):
-    provider = Env(env).choice(
-        "TUNNEL_PROVIDER", DEFAULT_TUNNEL_PROVIDER, TUNNEL_PROVIDERS, aliases=TUNNEL_PROVIDER_ALIASES
-    )
-    profiles = {p.strip() for p in (env.get("COMPOSE_PROFILES") or "").split(",") if p.strip()}
+    provider = TUNNEL_PROVIDERS.get(env.checked("TUNNEL_PROVIDER"))
+    profiles = set(_get(env, "COMPOSE_PROFILES"))
     if cluster.on_kubernetes(env):
         return None  # the chart runs cloudflared exactly when TUNNEL_PROVIDER=cloudflared
-    if provider == "cloudflared" and "cloudflared" not in profiles:
-        return "TUNNEL_PROVIDER=cloudflared but COMPOSE_PROFILES does not contain cloudflared, so no tunnel would start: set COMPOSE_PROFILES=cloudflared"
-    if provider != "cloudflared" and "cloudflared" in profiles:
-        return f"TUNNEL_PROVIDER={provider} but COMPOSE_PROFILES contains cloudflared, which would start an unused public tunnel: remove cloudflared from COMPOSE_PROFILES"
+    wanted = provider.compose_profile
+    if wanted and wanted not in profiles:
+        return (
+            f"TUNNEL_PROVIDER={provider.name} but COMPOSE_PROFILES does not contain {wanted}, so no tunnel would "
+            f"start: set COMPOSE_PROFILES={wanted}"
+        )
+    for unused in sorted({p.compose_profile for p in TUNNEL_PROVIDERS if p.compose_profile != wanted} & profiles):
+        return (
+            f"TUNNEL_PROVIDER={provider.name} but COMPOSE_PROFILES contains {unused}, which would start an unused "
+            f"public tunnel: remove {unused} from COMPOSE_PROFILES"
+        )
     return None
 
 
 def check_train_script(env, probes):
-    spec = (env.get("TRAIN_SCRIPT") or "").strip()
+    spec = _get(env, "TRAIN_SCRIPT")
     if not spec:
         return None
+    from trainer.train_script import TrainScriptError, resolve
+
     try:
         resolve(spec)
     except TrainScriptError as exc:
@@ -308,9 +365,7 @@ def check_train_script(env, probes):
 
 def check_trainer_settings(env, probes):
     """Every trainer setting, one line each, from the trainer's own reader (trainer/config.py)."""
-    from trainer.config import read
-
-    return read(env)[1] or None
+    return env.trainer()[1] or None
 
 
 def check_stop_rules(env, probes):
@@ -333,8 +388,8 @@ def check_report_to(env, probes):
     if "WANDB_API_KEY" not in env and reporting.KEY_SET not in env:
         return None
     try:
-        return reporting.missing_key(env.get("REPORT_TO") or "trackio", env)
-    except reporting.ReportToError:
+        return reporting.missing_key(env.read.get(fields.REPORT_TO), env)
+    except EnvError:
         return None
 
 
@@ -344,13 +399,15 @@ def check_trainer_gpus(env, probes):
     With two GPUs visible the Hugging Face Trainer wraps the model in DataParallel and TRL's packed
     batch of one fails the first step with "batch size must be positive" (reproduced on a 2-GPU machine).
     """
-    if env.get("WORLD_SIZE") or env.get("LOCAL_RANK"):
+    # The launcher's own variables (torchrun, accelerate), not settings of this stack.
+    launcher = env.read
+    if launcher.text("WORLD_SIZE") or launcher.text("LOCAL_RANK"):
         return None
     found, how = (probes.visible_gpus or visible_gpus)()
     if found <= 1:
         return None
     return (
-        f"the trainer sees {found} GPUs ({how}; CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES', '')!r}) "
+        f"the trainer sees {found} GPUs ({how}; CUDA_VISIBLE_DEVICES={launcher.text('CUDA_VISIBLE_DEVICES')!r}) "
         "but was not started by a distributed launcher (no WORLD_SIZE/LOCAL_RANK): give it one GPU "
         "(TRAINER_GPUS=1, one device id), or launch it with accelerate launch/torchrun through TRAIN_SCRIPT"
     )
@@ -367,7 +424,7 @@ def visible_gpus() -> tuple[int, str]:
 
 
 def check_run_name(env, probes):
-    name = (env.get("RUN_NAME") or "").strip()
+    name = _get(env, "RUN_NAME")
     if name and not RUN_NAME_RE.match(name):
         return f"RUN_NAME={name!r} is not a usable folder name: use letters, digits, '.', '_' and '-' (no '/'), or leave it empty for a fresh name"
     return None
@@ -376,18 +433,14 @@ def check_run_name(env, probes):
 def check_weight_transfer(env, probes):
     import importlib.util
 
-    # Any value outside stack.facts.WEIGHT_TRANSFERS is reported by trainer-settings (the trainer's reader).
-    mode = (env.get("WEIGHT_TRANSFER") or "nccl").strip().lower()
-    if mode == "nccl":
-        if importlib.util.find_spec("vllm") is None:
-            return "WEIGHT_TRANSFER=nccl needs vllm in the trainer image (build it FROM the vLLM image); the CPU form sets WEIGHT_TRANSFER=mock"
-    elif mode == "mock":
-        try:
-            spec = importlib.util.find_spec("mock_engine.weight_client")
-        except ModuleNotFoundError:
-            spec = None
-        if spec is None:
-            return "WEIGHT_TRANSFER=mock needs mock_engine.weight_client (the CPU trainer image is built FROM the mock-engine image); on GPU use WEIGHT_TRANSFER=nccl"
+    # A value outside the field's choices reads as its default here; trainer-settings reports it.
+    transfer = WEIGHT_TRANSFERS.get(_get(env, "WEIGHT_TRANSFER"))
+    try:
+        spec = importlib.util.find_spec(transfer.requires)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None:
+        return f"WEIGHT_TRANSFER={transfer.name} needs {transfer.requires} in the trainer image: {transfer.missing}"
     return None
 
 
@@ -402,7 +455,6 @@ CHECKS: dict[str, Callable] = {
     "disk": check_disk,
     "sandbox": check_sandbox,
     "ports": check_ports,
-    "named": check_named,
     "tunnel": check_tunnel,
     "train-script": check_train_script,
     "trainer-settings": check_trainer_settings,
@@ -426,7 +478,7 @@ TRAINER_ONLY = {"trainer-gpus"}
 def run_all(
     env: Mapping[str, str] | None = None, probes: Probes | None = None, phase: str = "preflight"
 ) -> list[Failure]:
-    env = os.environ if env is None else env
+    env = Settings(os.environ if env is None else env)
     probes = probes or Probes()
     failures = []
     for name, check in CHECKS.items():

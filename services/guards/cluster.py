@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from stack import deployment
+from stack.env import EnvError
 
 DOCKER_SANDBOX_REFUSED = (
     "SANDBOX=docker is refused on Kubernetes (DEPLOYMENT=kubernetes): a pod given the node's Docker socket "
@@ -33,14 +34,14 @@ def on_kubernetes(env: Mapping[str, str]) -> bool:
     """A bad DEPLOYMENT reads as compose here (the stricter mode); check_deployment reports it."""
     try:
         return deployment.read(env) == deployment.KUBERNETES
-    except deployment.DeploymentError:
+    except EnvError:
         return False
 
 
 def check_deployment(env, probes):
     try:
         deployment.read(env)
-    except deployment.DeploymentError as exc:
+    except EnvError as exc:
         return str(exc)
     return None
 

@@ -1,7 +1,7 @@
 """How much free space a run needs on the bucket: the model cache plus the checkpoints it keeps.
 
-A flat 40 GB was wrong both ways (measured on main before this: a 200-step run of the default model saved
-8 full checkpoints of ~12 GB each into it). What a run really writes:
+A flat figure is wrong both ways (a 200-step run of the default model that keeps every checkpoint saves
+8 full checkpoints of ~12 GB each, measured). What a run really writes:
 
     checkpoint  = weights + AdamW's two moments, all at the training dtype = 3 x weight bytes
                   (transformers 5.17 saves model.safetensors + optimizer.pt; the moments take the

@@ -1,9 +1,9 @@
 """Who holds a port the stack needs: this stack's own running service, or a stranger?
 
 Preflight is a dependency of every service, so `docker compose up -d env-server` after the env server
-died re-runs it while the engine and the tunnel still hold their ports. Measured on main before this:
-the port check counted those as taken ("port 8001 (ENGINE_PORT) is already in use") and the env server
-stayed down; the same blocked restarting the trainer alone.
+died re-runs it while the engine and the tunnel still hold their ports. Counted as taken ("port 8001
+(ENGINE_PORT) is already in use"), they would keep the env server down, and block restarting the trainer
+alone (measured).
 
 A port is ours when the service that binds it runs in THIS compose project. Preflight learns its project
 from its own container's labels, asked of the Docker daemon; it finds its own container id in

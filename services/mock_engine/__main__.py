@@ -19,32 +19,46 @@ from __future__ import annotations
 import os
 import sys
 
-from stack.env import Env, EnvError
-from stack.facts import DEFAULT_PORTS, LOOPBACK_HOSTS
+from stack import fields
+from stack.env import Env, EnvError, Field, Table
+
+# The CPU form's engine. MOCK_FAULTS and friends are the fault suite's switches (mock_engine/faults.py).
+FIELDS = Table(
+    fields.ENGINE_HOST,
+    fields.ENGINE_PORT,
+    fields.ENGINE_MAX_MODEL_LEN,
+    fields.MODEL,
+    Field("MOCK_MAX_MODEL_LEN", "integer", None, "the mock's context; empty: ENGINE_MAX_MODEL_LEN", minimum=1),
+    Field("MOCK_MAX_NEW_TOKENS", "integer", 256, "the mock's longest completion", minimum=1),
+    Field("MOCK_TORCH_THREADS", "integer", 1, "torch threads for the tiny model", minimum=1),
+    Field("MOCK_MAX_NUM_SEQS", "integer", 8, "sequences generated at once", minimum=1),
+    Field("MOCK_MODEL_DIR", "text", "/app/models/tiny-agent", "the tiny model served"),
+    Field("MOCK_SCRIPT_FILE", "text", "", "scripted answers (mock_engine/script.py); empty: off"),
+    Field("MOCK_SCRIPT_PROB", "text", "0.5", "probability of a scripted answer (mock_engine/script.py)"),
+    Field("MOCK_OFF_SCRIPT", "text", "free", "what the model does off the script"),
+    Field("MOCK_LOG_LEVEL", "text", "warning", "uvicorn's log level"),
+)
 
 
 def main() -> None:
     from mock_engine import faults, script
 
     read = Env(collect=True)
-    host = read.choice(
-        "ENGINE_HOST",
-        "127.0.0.1",
-        LOOPBACK_HOSTS,
-        fix="the engine must bind 127.0.0.1 (only the capture proxy is public)",
-    )
-    port = read.port("ENGINE_PORT", DEFAULT_PORTS["ENGINE_PORT"])
-    max_model_len = read.integer(
-        "MOCK_MAX_MODEL_LEN", read.integer("ENGINE_MAX_MODEL_LEN", 32768, minimum=1), minimum=1
-    )
-    max_new_tokens = read.integer("MOCK_MAX_NEW_TOKENS", 256, minimum=1)
-    threads = read.integer("MOCK_TORCH_THREADS", 1, minimum=1)
-    max_num_seqs = read.integer("MOCK_MAX_NUM_SEQS", 8, minimum=1)
+
+    def get(name: str):
+        return read.get(FIELDS[name])
+
+    host, port = get("ENGINE_HOST"), get("ENGINE_PORT")
+    max_model_len = read.get(FIELDS["MOCK_MAX_MODEL_LEN"], get("ENGINE_MAX_MODEL_LEN"))
+    max_new_tokens = get("MOCK_MAX_NEW_TOKENS")
+    threads = get("MOCK_TORCH_THREADS")
+    max_num_seqs = get("MOCK_MAX_NUM_SEQS")
+    model_dir = get("MOCK_MODEL_DIR")
+    script_file = get("MOCK_SCRIPT_FILE")
     try:
         read.check()
     except EnvError as exc:
         sys.exit("\n".join(f"mock_engine: {line}" for line in str(exc).splitlines()))
-    model_dir = read.text("MOCK_MODEL_DIR", "/app/models/tiny-agent")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         sys.exit(
             f"mock_engine: MOCK_MODEL_DIR={model_dir} holds no model; build one with "
@@ -53,11 +67,11 @@ def main() -> None:
     try:
         active = faults.from_env(os.environ)
         scripted = None
-        if os.environ.get("MOCK_SCRIPT_FILE"):
+        if script_file:
             scripted = script.Script(
-                script.load(os.environ["MOCK_SCRIPT_FILE"]),
-                script.parse_prob(os.environ.get("MOCK_SCRIPT_PROB")),
-                os.environ.get("MOCK_OFF_SCRIPT") or "free",
+                script.load(script_file),
+                script.parse_prob(get("MOCK_SCRIPT_PROB") or None),
+                get("MOCK_OFF_SCRIPT"),
             )
     except (faults.FaultError, script.ScriptError) as exc:
         sys.exit(f"mock_engine: {exc}")
@@ -71,6 +85,7 @@ def main() -> None:
     torch.set_num_threads(threads)
     settings = Settings(
         model_dir=model_dir,
+        # The CPU form names the tiny model's folder (compose.cpu.yaml sets MODEL to it).
         served_name=read.text("MODEL", model_dir),
         max_model_len=max_model_len,
         max_new_tokens=max_new_tokens,
@@ -81,11 +96,11 @@ def main() -> None:
     app = create_app(settings, lm, scripted, active)
     print(
         f"mock_engine: serving {settings.served_name} on http://{host}:{port} "
-        f"(script: {os.environ.get('MOCK_SCRIPT_FILE') or 'off'}, faults: {sorted(active.active) or 'none'}, "
+        f"(script: {script_file or 'off'}, faults: {sorted(active.active) or 'none'}, "
         f"generation-config sampling defaults: {settings.sampling_defaults or 'none'})",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("MOCK_LOG_LEVEL", "warning"))
+    uvicorn.run(app, host=host, port=port, log_level=get("MOCK_LOG_LEVEL"))
 
 
 if __name__ == "__main__":

@@ -16,20 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .env import Env, EnvError
+from .env import Env
+from .fields import DEPLOYMENT
 
-COMPOSE = "compose"
-KUBERNETES = "kubernetes"
-DEPLOYMENTS = (COMPOSE, KUBERNETES)
-
-# A bad value is the shared readers' one-line refusal; the name says which setting callers catch.
-DeploymentError = EnvError
+COMPOSE, KUBERNETES = DEPLOYMENT.choices
+DEPLOYMENTS = DEPLOYMENT.choices
 
 
 def read(env: Mapping[str, str]) -> str:
-    return Env(env).choice(
-        "DEPLOYMENT",
-        COMPOSE,
-        DEPLOYMENTS,
-        fix="use compose (the default, docker compose) or kubernetes (set by the Helm chart in deploy/helm)",
-    )
+    return Env(env).get(DEPLOYMENT)

@@ -1,15 +1,16 @@
 """ENGINE_URL is the engine's root (`http://host:port`) everywhere; the OpenAI API base is derived here.
 
-Before, env-server was given `.../v1` and the trainer the root (and stripped a `/v1` it might get), so
-the same variable meant two things and a copied value broke one of them.
+One meaning for every reader: a variable that is the root for one service and `.../v1` for another
+breaks one of them whenever a value is copied between them.
 """
 
 from __future__ import annotations
 
-from .env import Env
+from .env import Env, Field
 
 DEFAULT_ENGINE_URL = "http://127.0.0.1:8001"
 OPENAI_PATH = "/v1"
+ENGINE_URL = Field("ENGINE_URL", "url", DEFAULT_ENGINE_URL, "the engine's root; /v1 is added where the API is called")
 
 
 def openai_base(engine_url: str) -> str:
@@ -18,9 +19,9 @@ def openai_base(engine_url: str) -> str:
 
 
 def read_engine_url(read: Env) -> str:
-    """ENGINE_URL from the environment: the root. A `/v1` suffix is refused, not stripped: a value that
-    still carries it was written for the old meaning, and silently accepting both is how they drifted."""
-    url = read.url("ENGINE_URL", DEFAULT_ENGINE_URL)
+    """ENGINE_URL from the environment: the root. A `/v1` suffix is refused, not stripped: accepting both
+    spellings silently is how two meanings drift apart."""
+    url = read.get(ENGINE_URL)
     if url.rstrip("/").endswith(OPENAI_PATH):
         return read.refuse(
             f"ENGINE_URL={url!r} ends in {OPENAI_PATH}: set the engine's root, e.g. {DEFAULT_ENGINE_URL} "

@@ -3,6 +3,11 @@ the same way: ONE line that names the variable, the value it had, and what to se
 
     env = Env()                              # raises EnvError at the first bad value (a service starting)
     env = Env(collect=True)                  # keeps going; env.problems lists every bad value (preflight)
+    value = env.get(FIELDS["MAX_STEPS"])     # a declared field: its type, bounds, default and fix text
+
+Each setting is declared once as a `Field` in its service's table (`Table`): that field is the only place
+its default is written. compose passes names through (`X: ${X:-}`) and `.env.example` is tested against
+the tables (tests/unit/test_settings_tables.py).
 
 Unset and empty are the same thing (compose passes `${X:-}` as an empty string): both mean the default.
 A reader that collects returns the default for a bad value, so the caller can keep reading.
@@ -11,8 +16,9 @@ A reader that collects returns the default for a bad value, so the caller can ke
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -21,7 +27,90 @@ FALSE_WORDS = ("0", "false", "no", "off")
 
 
 class EnvError(ValueError):
-    """A setting a service cannot run with. `str(exc)` is the one line the operator reads."""
+    """A setting a service cannot run with: the one exception type for a bad setting, in every service.
+    `str(exc)` is the line (or lines, one per setting) the operator reads; `problems` lists them."""
+
+    def __init__(self, message: str | list[str]):
+        problems = [message] if isinstance(message, str) else list(message)
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+_UNSET: Any = object()
+KINDS = ("text", "integer", "number", "flag", "choice", "url", "path", "port", "words", "phrase")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One setting: its variable, type (`kind`), bounds, default, one-line doc and fix text.
+
+    `default=None` on a field whose default is derived from other settings (the reader passes it);
+    `phrase` is an opt-out that is either empty or exactly `choices[0]`; `words` is a comma-separated list.
+    """
+
+    name: str
+    kind: str
+    default: Any = ""
+    doc: str = ""
+    fix: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+    choices: tuple[str, ...] = ()
+    aliases: Mapping[str, str] | None = None
+    secret: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.name}: unknown kind {self.kind!r}")
+
+    def read(self, env: Env, default: Any = _UNSET) -> Any:
+        d = self.default if default is _UNSET else default
+        k, fix = self.kind, self.fix
+        if k == "integer":
+            return env.integer(self.name, d, minimum=self.minimum, maximum=self.maximum, fix=fix)
+        if k == "number":
+            return env.number(self.name, d, minimum=self.minimum, maximum=self.maximum, above=self.above, fix=fix)
+        if k == "flag":
+            return env.flag(self.name, d)
+        if k == "choice":
+            return env.choice(self.name, d, self.choices, aliases=self.aliases, fix=fix)
+        if k == "url":
+            return env.url(self.name, d, fix=fix)
+        if k == "path":
+            return env.path(self.name, d)
+        if k == "port":
+            return env.port(self.name, d)
+        if k == "words":
+            raw = env.text(self.name)
+            return tuple(w.strip() for w in raw.split(",") if w.strip()) if raw else d
+        if k == "phrase":
+            raw = env.text(self.name)
+            if raw and raw != self.choices[0]:
+                return env.refuse(f"{self.name}={raw!r} is not the opt-out phrase: {fix}", d)
+            return raw or d
+        return env.text(self.name, d)
+
+
+class Table:
+    """A service's fields by name. Tables may share fields (stack.fields): a field object is one owner."""
+
+    def __init__(self, *fields: Field | Table) -> None:
+        self.fields: dict[str, Field] = {}
+        for item in fields:
+            for f in item if isinstance(item, Table) else (item,):
+                if f.name in self.fields and self.fields[f.name] is not f:
+                    raise ValueError(f"{f.name} is declared twice")
+                self.fields[f.name] = f
+
+    def __getitem__(self, name: str) -> Field:
+        return self.fields[name]
+
+    def __iter__(self) -> Iterator[Field]:
+        return iter(self.fields.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.fields
 
 
 class Env:
@@ -48,7 +137,11 @@ class Env:
     def check(self) -> None:
         """After collecting: raise every recorded problem at once, one per line."""
         if self.problems:
-            raise EnvError("\n".join(self.problems))
+            raise EnvError(self.problems)
+
+    def get(self, field: Field, default: Any = _UNSET) -> Any:
+        """A declared field, read with its own type, bounds and fix text (`default` for derived ones)."""
+        return field.read(self, default)
 
     @staticmethod
     def _default(default: object) -> str:

@@ -6,20 +6,10 @@ at start, so a run never gets past the cheap check and dies at the expensive one
 
 from __future__ import annotations
 
-# Where rollouts run. Modal is a Harbor backend too, but nothing here checks its credentials or reaps
-# its sandboxes, so it is not offered.
-SANDBOXES = ("e2b", "docker")
-DEFAULT_SANDBOX = "e2b"
+# Sandbox backends and tunnel providers: stack/backends.py (what each needs). Modal is a Harbor backend
+# too, but nothing here checks its credentials or reaps its sandboxes, so it is not offered.
 
-# How the capture proxy is published (tunnel-check verifies each the same way).
-TUNNEL_PROVIDERS = ("cloudflared", "gradio", "direct")
-DEFAULT_TUNNEL_PROVIDER = "cloudflared"
-# OpenEnv's make_forwarder spells cloudflared this way; accepted, recorded under our spelling.
-TUNNEL_PROVIDER_ALIASES = {"cloudflare": "cloudflared"}
-
-# How the trainer pushes weights into the engine: NCCL into vLLM, or the mock engine's backend (CPU form).
-WEIGHT_TRANSFERS = ("nccl", "mock")
-DEFAULT_WEIGHT_TRANSFER = "nccl"
+# How the trainer pushes weights into the engine: stack/backends.py (WEIGHT_TRANSFERS).
 
 # How mini-swe-agent gets into a sandbox (env_server.agent_install).
 AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")

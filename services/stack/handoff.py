@@ -21,8 +21,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import atomic
-from .facts import HANDOFF_DIR, HANDOFF_FILE
+from . import atomic, fields
+from .env import Env
+from .facts import HANDOFF_FILE
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Verified:
 
 
 def handoff_dir(directory: str | os.PathLike | None = None) -> Path:
-    return Path(directory or os.environ.get("HANDOFF_DIR") or HANDOFF_DIR)
+    return Path(directory or Env(collect=True).get(fields.HANDOFF_DIR))
 
 
 def handoff_path(directory: str | os.PathLike | None = None) -> Path:

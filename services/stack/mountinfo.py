@@ -66,17 +66,6 @@ def mount_at(mounts: list[Mount], mount_point: str) -> Mount | None:
     return found
 
 
-def covering_mount(mounts: list[Mount], path: str) -> Mount | None:
-    """The mount whose mount point is the longest prefix of `path`."""
-    best = None
-    for mount in mounts:
-        mp = mount.mount_point.rstrip("/") or "/"
-        if path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/":
-            if best is None or len(mp) >= len(best.mount_point.rstrip("/") or "/"):
-                best = mount
-    return best
-
-
 def mount_points(mounts: list[Mount]) -> set[str]:
     return {m.mount_point for m in mounts}
 

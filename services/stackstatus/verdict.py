@@ -9,7 +9,7 @@ queue (`perf/rollout_wait_s`, TRL's own measure) and the rest, its own compute a
 - wait over half and the engine has no queue: SANDBOX-BOUND (rollouts spend their time in sandboxes and
   agents, not in generation: sandbox start-up, tool runs, verifiers).
 
-Before that, what stops the time going anywhere: a URL the env server no longer trusts (every rollout
+Checked first, what stops the time going anywhere: a URL the env server no longer trusts (every rollout
 refused), a trainer that is not training, a tunnel with no edge connection.
 """
 

@@ -15,18 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stack import fields
 from stack.endpoints import openai_base, read_engine_url
-from stack.env import Env, EnvError
-from stack.facts import (
-    BUCKET_DIR,
-    DEFAULT_SANDBOX,
-    DEFAULT_STEP_LIMIT,
-    DEFAULT_WEIGHT_TRANSFER,
-    SANDBOXES,
-    WEIGHT_TRANSFERS,
-)
-
-from . import reporting
+from stack.env import _UNSET, Env, EnvError, Field, Table
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
@@ -151,103 +142,157 @@ class Settings:
         return latest_checkpoint(self.run_dir) if self.run_name_explicit else None
 
 
-# One list of backends: reporting.py prepares each (wandb was missing here, so every wandb run was refused).
-REPORT_TO = reporting.CHOICES
 DTYPES = ("bfloat16", "float16", "float32")
-DEFAULT_SAVE_TOTAL_LIMIT = 2
 
-
-class SettingsError(EnvError):
-    """Settings the trainer cannot run with; `problems` holds one line per bad value."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
+F = fields
+FIELDS = Table(
+    F.MODEL,
+    Field("HARNESS", "text", "mini-swe-agent", "agent harness run inside the sandbox"),
+    Field("MAX_STEPS", "integer", 200, "optimizer steps to train", minimum=1),
+    F.AGENT_STEP_LIMIT,
+    F.RUN_NAME,
+    Field(
+        "NUM_GENERATIONS",
+        "integer",
+        8,
+        "rollouts per task (GRPO group size)",
+        fix="set it to at least 2 (GRPO scores each rollout against the others of its group: one has no baseline)",
+        minimum=2,
+    ),
+    F.WEIGHT_TRANSFER,
+    F.BUCKET_DIR,
+    F.ENGINE_URL,
+    F.ENV_SERVER_URL,
+    F.SANDBOX,
+    Field("AGENT_TIMEOUT_S", "number", 900.0, "seconds the agent may run in its sandbox", above=0),
+    Field("REWARD_KEY", "text", "", "which verifier reward is the training signal; empty: the task's main one"),
+    Field("TOOL_EFFICIENCY_BONUS", "number", 0.1, "extra reward for fewer tool calls when correct", minimum=0),
+    F.MAX_INFLIGHT_ROLLOUTS,
+    Field("LEARNING_RATE", "number", 1e-6, "optimizer learning rate", above=0),
+    Field(
+        "TEMPERATURE",
+        "number",
+        1.0,
+        "sampling temperature of the training policy",
+        fix="set it above 0 (the policy's logprobs are processed at it; 0 is greedy, not a policy)",
+        above=0,
+    ),
+    F.MAX_OUTPUT_TOKENS,
+    # 0 switches TRL to fixed-count micro-batches of PER_DEVICE_TRAIN_BATCH_SIZE samples.
+    Field("TOKEN_BUDGET", "integer", 32768, "packed tokens per micro-batch; 0: fixed-count micro-batches", minimum=0),
+    Field(
+        "PER_DEVICE_TRAIN_BATCH_SIZE",
+        "integer",
+        None,
+        "samples per micro-batch when TOKEN_BUDGET=0; empty: NUM_GENERATIONS",
+        minimum=1,
+    ),
+    Field("GRADIENT_ACCUMULATION_STEPS", "integer", 1, "micro-batches per optimizer step", minimum=1),
+    Field(
+        "SAVE_STEPS",
+        "integer",
+        25,
+        "save a checkpoint every N optimizer steps",
+        fix="set it to at least 1 (0 would never save a checkpoint)",
+        minimum=1,
+    ),
+    Field("SAVE_TOTAL_LIMIT", "integer", 2, "checkpoints kept per run", minimum=1),
+    F.REPORT_TO,
+    F.TRAIN_SCRIPT,
+    F.CHECKPOINT_ROOT,
+    F.ENGINE_MAX_MODEL_LEN,
+    Field("TRAINER_COMPILE_LAYERS", "flag", True, "regional torch.compile of the decoder layers on GPU"),
+    F.DATASETS,
+    Field("SCREENED_TASKS", "text", "", "train only on the tasks screening kept; empty: every task"),
+    # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
+    Field(
+        "TRAIN_DTYPE", "choice", None, "trainer precision; empty: bfloat16 with nccl, float32 with mock", choices=DTYPES
+    ),
+    Field("EVAL_PASS_K", "text", "1", "comma-separated k for pass@k (pass@1 is always reported)"),
+    Field("EVAL_ATTEMPTS", "integer", None, "attempts per eval task; empty: the largest k in EVAL_PASS_K", minimum=1),
+    Field("EVAL_STEPS", "integer", 0, "evaluate every this many optimizer steps; 0: never during training", minimum=0),
+    F.EVAL_DATASETS,
+    Field("EVAL_TEMPERATURE", "number", 0.6, "eval sampling temperature", minimum=0),
+    Field("EVAL_TOP_P", "number", 0.95, "eval nucleus sampling", minimum=0, maximum=1),
+    Field("EVAL_MAX_TASKS", "integer", 0, "at most this many eval tasks; 0: all", minimum=0),
+    Field("EVAL_CONCURRENCY", "integer", 4, "eval rollouts at once", minimum=1),
+    Field("EVAL_BASELINE", "text", None, "the base model's eval.json; empty: <bucket>/evals/baseline/eval.json"),
+    Field("HUB_MODEL_ID", "text", "", "Hub repository to push the final model to; empty: nothing is pushed"),
+    Field("HUB_TOKEN", "text", "", "write token for HUB_MODEL_ID; empty: huggingface_hub's own lookup", secret=True),
+    Field("HUB_PUSH_CHECKPOINTS", "flag", False, "also push every checkpoint as it is saved"),
+    Field("HUB_PRIVATE", "flag", True, "create the repository private"),
+    Field("HF_ENDPOINT", "text", "https://huggingface.co", "the Hub's address (a mirror, or a test's stand-in)"),
+    Field("HUB_PUSH_ATTEMPTS", "integer", 5, "tries per push", minimum=1),
+    Field("HUB_RETRY_S", "number", 30.0, "seconds before the first retry; doubles per try", minimum=0),
+    Field("HUB_FINAL_WAIT_S", "number", 1800.0, "seconds the trainer waits at exit for the final push", minimum=0),
+)
 
 
 def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
     """The trainer's settings and every problem with them, one line each. The ONE definition: the
     trainer starts from it, and preflight (guards `trainer-settings`) reports its problems before any
-    GPU time is spent (measured on main before this: MAX_STEPS=2e2 passed preflight and ended as a bare
-    traceback in the trainer after the engine had loaded). A bad value reads as its default, so the
-    reads that depend on it still run."""
+    GPU time is spent (otherwise a MAX_STEPS=2e2 passes preflight and ends as a bare traceback in the
+    trainer after the engine has loaded). A bad value reads as its default, so the reads that depend on it
+    still run."""
     r = Env(env, collect=True)
-    model = r.text("MODEL", "Qwen/Qwen3-1.7B")
-    harness = r.text("HARNESS", "mini-swe-agent")
-    max_steps = r.integer("MAX_STEPS", 200, minimum=1)
-    step_limit = r.integer(
-        "AGENT_STEP_LIMIT",
-        DEFAULT_STEP_LIMIT,
-        minimum=1,
-        fix="set a positive number of model calls; 0 or less would leave rollouts unbounded (a chained "
-        "rollout's packed length, and the trainer's memory, grows with every turn: 58-turn rollouts ran an "
-        "80 GiB card out of memory)",
-    )
-    explicit = r.text("RUN_NAME")
-    num_generations = r.integer(
-        "NUM_GENERATIONS",
-        8,
-        minimum=2,
-        fix="set it to at least 2 (GRPO scores each rollout against the others of its group: one has no baseline)",
-    )
-    weight_transfer = r.choice("WEIGHT_TRANSFER", DEFAULT_WEIGHT_TRANSFER, WEIGHT_TRANSFERS)
-    bucket_dir = r.path("BUCKET_DIR", BUCKET_DIR)
+
+    def get(name: str, default=_UNSET):
+        return r.get(FIELDS[name]) if default is _UNSET else r.get(FIELDS[name], default)
+
+    model, harness, max_steps = get("MODEL"), get("HARNESS"), get("MAX_STEPS")
+    explicit = get("RUN_NAME")
+    num_generations = get("NUM_GENERATIONS")
+    weight_transfer = get("WEIGHT_TRANSFER")
+    bucket_dir = get("BUCKET_DIR")
     settings = Settings(
         model=model,
         engine_url=read_engine_url(r),
-        env_server_url=r.url("ENV_SERVER_URL", "http://127.0.0.1:8000"),
+        env_server_url=get("ENV_SERVER_URL"),
         harness=harness,
-        sandbox=r.choice("SANDBOX", DEFAULT_SANDBOX, SANDBOXES),
-        agent_step_limit=step_limit,
-        agent_timeout_s=r.number("AGENT_TIMEOUT_S", 900.0, above=0),
-        reward_key=r.text("REWARD_KEY"),
-        tool_efficiency_bonus=r.number("TOOL_EFFICIENCY_BONUS", 0.1, minimum=0),
+        sandbox=get("SANDBOX"),
+        agent_step_limit=get("AGENT_STEP_LIMIT"),
+        agent_timeout_s=get("AGENT_TIMEOUT_S"),
+        reward_key=get("REWARD_KEY"),
+        tool_efficiency_bonus=get("TOOL_EFFICIENCY_BONUS"),
         max_steps=max_steps,
         num_generations=num_generations,
-        max_inflight_rollouts=r.integer("MAX_INFLIGHT_ROLLOUTS", 8, minimum=1),
-        learning_rate=r.number("LEARNING_RATE", 1e-6, above=0),
-        temperature=r.number(
-            "TEMPERATURE",
-            1.0,
-            above=0,
-            fix="set it above 0 (the policy's logprobs are processed at it; 0 is greedy, not a policy)",
-        ),
-        max_completion_tokens=r.integer("MAX_COMPLETION_TOKENS", 4096, minimum=1),
-        # 0 switches TRL to fixed-count micro-batches of PER_DEVICE_TRAIN_BATCH_SIZE samples.
-        token_budget=r.integer("TOKEN_BUDGET", 32768, minimum=0),
-        per_device_train_batch_size=r.integer("PER_DEVICE_TRAIN_BATCH_SIZE", num_generations, minimum=1),
-        gradient_accumulation_steps=r.integer("GRADIENT_ACCUMULATION_STEPS", 1, minimum=1),
-        save_steps=r.integer("SAVE_STEPS", 25, minimum=1, fix="set it to at least 1 (0 would never save a checkpoint)"),
-        save_total_limit=r.integer("SAVE_TOTAL_LIMIT", DEFAULT_SAVE_TOTAL_LIMIT, minimum=1),
-        report_to=r.choice("REPORT_TO", "trackio", REPORT_TO),
+        max_inflight_rollouts=get("MAX_INFLIGHT_ROLLOUTS"),
+        learning_rate=get("LEARNING_RATE"),
+        temperature=get("TEMPERATURE"),
+        max_completion_tokens=get("MAX_OUTPUT_TOKENS"),
+        token_budget=get("TOKEN_BUDGET"),
+        per_device_train_batch_size=get("PER_DEVICE_TRAIN_BATCH_SIZE", num_generations),
+        gradient_accumulation_steps=get("GRADIENT_ACCUMULATION_STEPS"),
+        save_steps=get("SAVE_STEPS"),
+        save_total_limit=get("SAVE_TOTAL_LIMIT"),
+        report_to=get("REPORT_TO"),
         weight_transfer=weight_transfer,
         bucket_dir=bucket_dir,
         run_name=explicit or fresh_run_name(model, harness, max_steps),
         run_name_explicit=bool(explicit),
-        train_script=r.text("TRAIN_SCRIPT"),
-        checkpoint_root_override=r.path("CHECKPOINT_ROOT"),
-        engine_max_model_len=r.integer("ENGINE_MAX_MODEL_LEN", 32768, minimum=1),
-        compile_layers=r.flag("TRAINER_COMPILE_LAYERS", True),
-        datasets=_splits(r.text("DATASETS")),
+        train_script=get("TRAIN_SCRIPT"),
+        checkpoint_root_override=get("CHECKPOINT_ROOT"),
+        engine_max_model_len=get("ENGINE_MAX_MODEL_LEN"),
+        compile_layers=get("TRAINER_COMPILE_LAYERS"),
+        datasets=get("DATASETS"),
         evaluation=eval_from_env(r, bucket_dir),
         hub=hub_from_env(r),
-        screened_tasks=r.text("SCREENED_TASKS"),
-        # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
-        dtype=r.choice("TRAIN_DTYPE", "bfloat16" if weight_transfer == "nccl" else "float32", DTYPES),
+        screened_tasks=get("SCREENED_TASKS"),
+        dtype=get("TRAIN_DTYPE", "bfloat16" if weight_transfer == "nccl" else "float32"),
     )
     return settings, r.problems
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
-    """The settings, or SettingsError listing every problem (preflight reported them first)."""
+    """The settings, or EnvError listing every problem (preflight reported them first)."""
     settings, problems = read(env)
     if problems:
-        raise SettingsError(problems)
+        raise EnvError(problems)
     return settings
 
 
 def eval_from_env(r: Env, bucket_dir: str) -> EvalSettings:
-    raw_k = r.text("EVAL_PASS_K", "1")
+    raw_k = r.get(FIELDS["EVAL_PASS_K"])
     try:
         ks = {int(k) for k in _splits(raw_k)}
         if any(k < 1 for k in ks):
@@ -257,7 +302,7 @@ def eval_from_env(r: Env, bucket_dir: str) -> EvalSettings:
             f"EVAL_PASS_K={raw_k!r} is not a list of positive whole numbers: set it like 1,4,8 (default 1)", {1}
         )
     pass_k = tuple(sorted(ks | {1}))
-    attempts = r.integer("EVAL_ATTEMPTS", max(pass_k), minimum=1)
+    attempts = r.get(FIELDS["EVAL_ATTEMPTS"], max(pass_k))
     if attempts < max(pass_k):
         r.refuse(
             f"EVAL_PASS_K={','.join(map(str, pass_k))} needs EVAL_ATTEMPTS >= {max(pass_k)} attempts per task "
@@ -265,26 +310,26 @@ def eval_from_env(r: Env, bucket_dir: str) -> EvalSettings:
             None,
         )
     return EvalSettings(
-        steps=r.integer("EVAL_STEPS", 0, minimum=0),
-        datasets=_splits(r.text("EVAL_DATASETS")),
+        steps=r.get(FIELDS["EVAL_STEPS"]),
+        datasets=r.get(FIELDS["EVAL_DATASETS"]),
         attempts=attempts,
         pass_k=pass_k,
-        temperature=r.number("EVAL_TEMPERATURE", 0.6, minimum=0),
-        top_p=r.number("EVAL_TOP_P", 0.95, minimum=0, maximum=1),
-        max_tasks=r.integer("EVAL_MAX_TASKS", 0, minimum=0),
-        concurrency=r.integer("EVAL_CONCURRENCY", 4, minimum=1),
-        baseline=r.text("EVAL_BASELINE", str(Path(bucket_dir) / "evals" / "baseline" / "eval.json")),
+        temperature=r.get(FIELDS["EVAL_TEMPERATURE"]),
+        top_p=r.get(FIELDS["EVAL_TOP_P"]),
+        max_tasks=r.get(FIELDS["EVAL_MAX_TASKS"]),
+        concurrency=r.get(FIELDS["EVAL_CONCURRENCY"]),
+        baseline=r.get(FIELDS["EVAL_BASELINE"], str(Path(bucket_dir) / "evals" / "baseline" / "eval.json")),
     )
 
 
 def hub_from_env(r: Env) -> HubSettings:
     return HubSettings(
-        model_id=r.text("HUB_MODEL_ID"),
-        token=r.text("HUB_TOKEN"),
-        push_checkpoints=r.flag("HUB_PUSH_CHECKPOINTS", False),
-        private=r.flag("HUB_PRIVATE", True),
-        endpoint=r.text("HF_ENDPOINT"),
-        attempts=r.integer("HUB_PUSH_ATTEMPTS", 5, minimum=1),
-        retry_s=r.number("HUB_RETRY_S", 30.0, minimum=0),
-        final_wait_s=r.number("HUB_FINAL_WAIT_S", 1800.0, minimum=0),
+        model_id=r.get(FIELDS["HUB_MODEL_ID"]),
+        token=r.get(FIELDS["HUB_TOKEN"]),
+        push_checkpoints=r.get(FIELDS["HUB_PUSH_CHECKPOINTS"]),
+        private=r.get(FIELDS["HUB_PRIVATE"]),
+        endpoint=r.get(FIELDS["HF_ENDPOINT"]),
+        attempts=r.get(FIELDS["HUB_PUSH_ATTEMPTS"]),
+        retry_s=r.get(FIELDS["HUB_RETRY_S"]),
+        final_wait_s=r.get(FIELDS["HUB_FINAL_WAIT_S"]),
     )

@@ -16,7 +16,17 @@ import os
 import sys
 from pathlib import Path
 
-from .reporting import PROJECT, ReportToError, backend, log_dirs
+from stack import fields
+from stack.env import Env, EnvError, Field, Table
+
+from .reporting import PROJECT, backend, log_dirs
+
+FIELDS = Table(
+    fields.REPORT_TO,
+    fields.BUCKET_DIR,
+    Field("DASHBOARD_HOST", "text", "127.0.0.1", "address the dashboard binds (it shows prompts: loopback)"),
+    Field("DASHBOARD_PORT", "port", 7860, "port the `dashboard` profile serves on, on 127.0.0.1"),
+)
 
 
 def command(report_to: str, bucket_dir: Path, host: str, port: int) -> list[str] | None:
@@ -37,13 +47,13 @@ def command(report_to: str, bucket_dir: Path, host: str, port: int) -> list[str]
 
 
 def main() -> int:
-    report_to = os.environ.get("REPORT_TO") or "trackio"
-    bucket_dir = Path(os.environ.get("BUCKET_DIR") or "/bucket")
-    host = os.environ.get("DASHBOARD_HOST") or "127.0.0.1"
-    port = int(os.environ.get("DASHBOARD_PORT") or 7860)
+    read = Env()
     try:
+        report_to = read.get(FIELDS["REPORT_TO"])
+        bucket_dir = Path(read.get(FIELDS["BUCKET_DIR"]))
+        host, port = read.get(FIELDS["DASHBOARD_HOST"]), read.get(FIELDS["DASHBOARD_PORT"])
         argv = command(report_to, bucket_dir, host, port)
-    except ReportToError as exc:
+    except EnvError as exc:
         print(f"dashboard: {exc}", file=sys.stderr)
         return 1
     if argv is None:

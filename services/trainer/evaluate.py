@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
     args = parser.parse_args(argv)
 
     from .config import from_env
-    from .train import runner_from_settings
+    from .factory import runner_from_settings
 
     try:
         s = from_env()

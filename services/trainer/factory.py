@@ -21,6 +21,7 @@ from openenv.core.harness import ResourceSessionFactory
 from openenv.harbor.client import HarborEnv
 from openenv.harbor.models import HarborRolloutResult
 
+from .config import Settings
 from .session import HarborRolloutSession
 from .waiting import Backoff, is_refusal
 
@@ -160,3 +161,18 @@ class HarborSessionFactory(ResourceSessionFactory[HarborRolloutSession]):
         ref = task_ref_from_prompt(task)
         run = functools.partial(self.runner.run, ref, self.sampling, episode_id)
         return HarborRolloutSession(run, ref.instruction, self.reward_key)
+
+
+def runner_from_settings(s: Settings) -> EnvServerRunner:
+    """The runner every entry point (training, evaluation, screening) talks to the env server through."""
+    return EnvServerRunner(
+        env_server_url=s.env_server_url,
+        harness=s.harness,
+        sandbox=s.sandbox,
+        llm_url=s.llm_url,
+        model=s.model,
+        agent_step_limit=s.agent_step_limit,
+        agent_timeout_s=s.agent_timeout_s,
+        reward_key=s.reward_key,
+        status_path=str(s.status_path),
+    )

@@ -1,7 +1,7 @@
 """The trainer's container healthcheck: healthy only while its run is alive and moving.
 
-`docker compose ps` used to show the trainer "running" while it waited forever on refused rollouts.
-The process being up proves nothing; its status file does: the trainer rewrites
+A trainer that waits forever on refused rollouts is still a running process, so the process being up
+proves nothing; its status file does: the trainer rewrites
 `<run dir>/status.json` at warm-up, after every logged step and every checkpoint. Healthy means the
 state is one of a live run (starting, warming-up, training, finished) AND the file was rewritten within
 TRAINER_STALE_S (default 1800 s: no optimizer step for 30 minutes is a stuck run, not a slow one).
@@ -20,14 +20,28 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-POINTER = Path(os.environ.get("TRAINER_STATUS_POINTER") or "/tmp/asyncgrpo-trainer-status-path")
+from stack.env import Env, EnvError, Field
+
 LIVE = ("starting", "warming-up", "training", "finished")
-DEFAULT_STALE_S = 1800.0
+STALE_S = Field(
+    "TRAINER_STALE_S",
+    "number",
+    1800.0,
+    "unhealthy when the run's status has not been rewritten for this long (no step finished)",
+    fix="set it to a number of seconds above 0",
+    above=0,
+)
+# Where the trainer announces its status file; a test points it elsewhere.
+POINTER_FIELD = Field(
+    "TRAINER_STATUS_POINTER", "path", "/tmp/asyncgrpo-trainer-status-path", "the status-path pointer file"
+)
+FIELDS = (STALE_S, POINTER_FIELD)
+POINTER = Path(Env(collect=True).get(POINTER_FIELD))
+DEFAULT_STALE_S = STALE_S.default
 
 
 def announce(status_path: Path, pointer: Path = POINTER) -> None:
@@ -58,9 +72,9 @@ def check(doc: dict, now: float, stale_after_s: float) -> tuple[bool, str]:
 
 def main() -> int:
     try:
-        stale_after_s = float(os.environ.get("TRAINER_STALE_S") or DEFAULT_STALE_S)
-    except ValueError:
-        print(f"TRAINER_STALE_S={os.environ['TRAINER_STALE_S']!r} is not a number of seconds")
+        stale_after_s = Env().get(STALE_S)
+    except EnvError as exc:
+        print(exc)
         return 1
     try:
         path = Path(POINTER.read_text().strip())

@@ -1,4 +1,4 @@
-"""What the trainer adds to TRL's loop for evaluation and publishing (issue 18), kept out of train.py.
+"""What the trainer adds to TRL's loop for evaluation and publishing, kept out of train.py.
 
 `check` runs before the warm-up rollout, so a bad EVAL_* or SCREENED_TASKS setting stops the run before
 anything is paid for; `install` puts the callbacks in place once the trainer exists.

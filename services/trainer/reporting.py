@@ -16,18 +16,21 @@ import os
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-CHOICES = ("trackio", "tensorboard", "wandb", "none")
+from stack.env import Env, EnvError, Field
+from stack.fields import REPORT_TO_CHOICES as CHOICES
+
 PROJECT = "asyncgrpo-harbor"
-
-
-class ReportToError(ValueError):
-    pass
+FIELDS = (
+    Field("TRACKIO_SPACE_ID", "text", "", "trackio: also log to this Hugging Face Space; empty: the bucket only"),
+    Field("WANDB_API_KEY", "text", "", "Weights & Biases key for REPORT_TO=wandb (the trainer only)", secret=True),
+    Field("WANDB_PROJECT", "text", PROJECT, "W&B project the runs are logged under"),
+)
 
 
 def backend(report_to: str) -> str:
     value = (report_to or "none").strip().lower()
     if value not in CHOICES:
-        raise ReportToError(f"REPORT_TO={report_to!r} is not one of {', '.join(CHOICES)}")
+        raise EnvError(f"REPORT_TO={report_to!r} is not one of {', '.join(CHOICES)}")
     return value
 
 
@@ -45,7 +48,8 @@ def missing_key(report_to: str, env: Mapping[str, str]) -> str | None:
     """The one line when the chosen backend cannot log for want of its key, else None."""
     if backend(report_to) != "wandb":
         return None
-    if (env.get("WANDB_API_KEY") or "").strip() or (env.get(KEY_SET) or "").strip():
+    read = Env(env)
+    if read.get(FIELDS[1]) or read.text(KEY_SET):
         return None
     return MISSING_KEY
 
@@ -54,7 +58,7 @@ def check(report_to: str, env: Mapping[str, str]) -> None:
     """Refuse, before the model loads, a backend that cannot log."""
     line = missing_key(report_to, env)
     if line:
-        raise ReportToError(line)
+        raise EnvError(line)
 
 
 def log_dirs(dashboard_dir: Path, run_name: str) -> dict[str, str]:
@@ -71,12 +75,12 @@ def prepare(report_to: str, dashboard_dir: Path, run_name: str, env: MutableMapp
     env = os.environ if env is None else env
     for name, value in log_dirs(dashboard_dir, run_name).items():
         env.setdefault(name, value)
-    env.setdefault("WANDB_PROJECT", PROJECT)
+    env.setdefault("WANDB_PROJECT", FIELDS[2].default)
     chosen = backend(report_to)
     if chosen == "none":
         return [], {}
     extra = {}
     if chosen == "trackio":
         # transformers 5.17 passes `trackio_space_id` to trackio.init; None keeps the logs local only.
-        extra["trackio_space_id"] = (env.get("TRACKIO_SPACE_ID") or "").strip() or None
+        extra["trackio_space_id"] = Env(env).get(FIELDS[0]) or None
     return [chosen], extra

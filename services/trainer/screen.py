@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
         return 2
 
     from .config import from_env
-    from .train import runner_from_settings
+    from .factory import runner_from_settings
 
     s = from_env()
     runner = runner or runner_from_settings(s)

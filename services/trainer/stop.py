@@ -1,7 +1,7 @@
 """SIGTERM (`docker compose stop`, a preemption notice) ends the run with a checkpoint and 0 steps lost.
 
-Measured on main before this: no handler, so `docker compose stop` lost up to SAVE_STEPS-1 steps (24 by
-default) and status.json kept saying "training".
+Without a handler `docker compose stop` loses up to SAVE_STEPS-1 steps (24 by default, measured) and
+status.json keeps saying "training".
 
 Where the safe point is, in TRL 1.16.0's AsyncGRPO (read at that version): training is transformers
 5.17's `Trainer._inner_training_loop`. Each optimizer step first pulls its micro-batches from TRL's

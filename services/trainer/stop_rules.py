@@ -25,10 +25,11 @@ that rule.
 from __future__ import annotations
 
 import math
-import os
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from stack.env import Env, EnvError, Field, Table
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,22 @@ RULES = (
     ),
 )
 
-DEFAULTS = {"STOP_FORKING_FRAC": "0.5", "STOP_UNSCORABLE_FRAC": "0.9", "STOP_ZERO_SPREAD_FRAC": "1.0"}
-DEFAULT_WINDOW = 5
-
-
-class StopRuleSettingError(ValueError):
-    pass
+# A threshold is a fraction in (0, 1] or `off`: read as text, parsed by `read` below.
+FIELDS = Table(
+    Field("STOP_FORKING_FRAC", "text", "0.5", "share of turn transitions forked that stops the run; off: never"),
+    Field("STOP_UNSCORABLE_FRAC", "text", "0.9", "share of rollouts unscorable that stops the run; off: never"),
+    Field("STOP_ZERO_SPREAD_FRAC", "text", "1.0", "share of zero-spread groups that stops the run; off: never"),
+    Field(
+        "STOP_WINDOW_STEPS",
+        "integer",
+        5,
+        "logged steps each rule averages over",
+        fix="set it in .env to a whole number of steps >= 1, e.g. STOP_WINDOW_STEPS=5 (the logged steps each rule "
+        "averages over)",
+        minimum=1,
+    ),
+)
+DEFAULT_WINDOW = FIELDS["STOP_WINDOW_STEPS"].default
 
 
 @dataclass(frozen=True)
@@ -156,10 +167,11 @@ def problems(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def read(env: Mapping[str, str] | None = None) -> tuple[StopRules, list[str]]:
-    env = os.environ if env is None else env
-    thresholds, bad = {}, []
+    r = Env(env, collect=True)
+    thresholds = {}
     for rule in RULES:
-        raw = (env.get(rule.name) or "").strip() or DEFAULTS[rule.name]
+        f = FIELDS[rule.name]
+        raw = r.get(f)
         if raw.lower() == "off":
             continue
         try:
@@ -167,25 +179,19 @@ def read(env: Mapping[str, str] | None = None) -> tuple[StopRules, list[str]]:
         except ValueError:
             value = math.nan
         if not 0.0 < value <= 1.0:
-            bad.append(
-                f"{rule.name}={raw!r} must be a fraction in (0, 1] (default {DEFAULTS[rule.name]}) or 'off': "
-                f"set it in .env, e.g. {rule.name}={DEFAULTS[rule.name]} (the share {rule.what} that stops the "
-                f"run), or {rule.name}=off to disable the rule"
+            r.refuse(
+                f"{rule.name}={raw!r} must be a fraction in (0, 1] (default {f.default}) or 'off': "
+                f"set it in .env, e.g. {rule.name}={f.default} (the share {rule.what} that stops the "
+                f"run), or {rule.name}=off to disable the rule",
+                None,
             )
             continue
         thresholds[rule.name] = value
-    raw_window = (env.get("STOP_WINDOW_STEPS") or "").strip() or str(DEFAULT_WINDOW)
-    if not raw_window.isdigit() or int(raw_window) < 1:
-        bad.append(
-            f"STOP_WINDOW_STEPS={raw_window!r} must be a whole number of steps >= 1 (default {DEFAULT_WINDOW}): "
-            f"set it in .env, e.g. STOP_WINDOW_STEPS={DEFAULT_WINDOW} (the logged steps each rule averages over)"
-        )
-        raw_window = str(DEFAULT_WINDOW)
-    return StopRules(thresholds, int(raw_window)), bad
+    return StopRules(thresholds, r.get(FIELDS["STOP_WINDOW_STEPS"])), r.problems
 
 
 def from_env(env: Mapping[str, str] | None = None) -> StopRules:
     rules, bad = read(env)
     if bad:
-        raise StopRuleSettingError("; ".join(bad))
+        raise EnvError(bad)
     return rules

@@ -16,7 +16,6 @@ import concurrent.futures
 import functools
 import logging
 import os
-import sys
 import threading
 import time
 
@@ -24,7 +23,7 @@ from openenv.core.harness.capture.upstream import training_sampling
 
 from . import healthcheck, hooks, reporting, stop, weights
 from .config import Settings
-from .factory import EnvServerRunner, HarborSessionFactory
+from .factory import HarborSessionFactory, runner_from_settings
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .reward import HarborReward
 from .session import RolloutFailed
@@ -35,20 +34,6 @@ from .stop_rules import from_env as stop_rules_from_env
 from .task_select import training_rows
 
 logger = logging.getLogger("trainer")
-
-
-def runner_from_settings(s: Settings) -> EnvServerRunner:
-    return EnvServerRunner(
-        env_server_url=s.env_server_url,
-        harness=s.harness,
-        sandbox=s.sandbox,
-        llm_url=s.llm_url,
-        model=s.model,
-        agent_step_limit=s.agent_step_limit,
-        agent_timeout_s=s.agent_timeout_s,
-        reward_key=s.reward_key,
-        status_path=str(s.status_path),
-    )
 
 
 def policy(s: Settings) -> dict:
@@ -324,47 +309,3 @@ def _report_memory_limits(s: Settings, card_gib: float) -> None:
         print(line, flush=True)
     for line in warnings:
         print(f"WARNING {line}", flush=True)
-
-
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from guards.checks import run_all
-    from guards.train_script import TrainScriptError, materialize, resolve
-
-    from .config import SettingsError, from_env
-
-    failures = run_all(phase="trainer")
-    if failures:
-        print(f"trainer: {len(failures)} problem(s), nothing was started:", file=sys.stderr)
-        for failure in failures:
-            print(f"  {failure}", file=sys.stderr)
-        return 1
-    try:
-        s = from_env()
-    except SettingsError as exc:  # preflight reports these first; this is the backstop
-        print(f"trainer: {len(exc.problems)} bad setting(s), nothing was started:", file=sys.stderr)
-        for line in exc.problems:
-            print(f"  {line}", file=sys.stderr)
-        return 1
-    try:
-        rules = stop_rules_from_env()
-        reporting.check(s.report_to, os.environ)
-    except ValueError as exc:  # StopRuleSettingError, ReportToError: one line each
-        print(f"trainer: {exc}", file=sys.stderr)
-        return 1
-    if s.train_script:
-        # The override replaces this script entirely; it gets the same environment and run folder.
-        import runpy
-
-        try:
-            path = materialize(resolve(s.train_script), s.run_dir)
-        except TrainScriptError as exc:
-            print(f"trainer: {exc}", file=sys.stderr)
-            return 1
-        os.environ["RUN_NAME"], os.environ["RUN_DIR"] = s.run_name, str(s.run_dir)
-        print(f"trainer: running TRAIN_SCRIPT={s.train_script} (copy: {path})", flush=True)
-        runpy.run_path(str(path), run_name="__main__")
-        return 0
-    stop.install()
-    run(s, rules=rules)
-    return 0

@@ -1,7 +1,7 @@
 """While the env server refuses rollouts (no verified tunnel URL, engine down, shutting down) or cannot be
 reached at all (killed, restarting), the trainer waits with a capped backoff and says why in status.json,
-instead of failing each rollout at once: measured on main before this, a withdrawn tunnel URL made every
-rollout an instant unscorable failure, so the rollout worker spun through the dataset producing nothing.
+instead of failing each rollout at once: failed at once, a withdrawn tunnel URL makes every rollout an
+instant unscorable failure (measured), and the rollout worker spins through the dataset producing nothing.
 
 A refusal is the env server's own answer that it did NOT start the rollout (its message ends in
 "rollout not started"): nothing ran and nothing was paid for, so retrying the same rollout is safe. A

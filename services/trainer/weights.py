@@ -25,12 +25,11 @@ SAFE_DEFAULT = "NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0"
 
 
 def build(mode: str, engine_url: str):
-    """`mode` is one of stack.facts.WEIGHT_TRANSFERS: trainer.config reads it through the shared choice."""
-    if mode == "nccl":
-        return None  # AsyncGRPOTrainer builds its NCCL client itself
-    from mock_engine.weight_client import MockWeightTransfer
+    """The client its registry entry names (stack/backends.py), or None where AsyncGRPOTrainer builds its own."""
+    from stack.backends import WEIGHT_TRANSFERS, load
 
-    return MockWeightTransfer(engine_url)
+    client = WEIGHT_TRANSFERS.get(mode).client
+    return load(client)(engine_url) if client else None
 
 
 def describe_transport(mode: str, env: Mapping[str, str]) -> str:

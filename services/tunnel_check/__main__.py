@@ -6,7 +6,7 @@ import logging
 import signal
 import sys
 
-from .settings import ConfigError, load
+from .settings import EnvError, load
 
 
 def main() -> int:
@@ -19,7 +19,7 @@ def main() -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         settings = load()
-    except ConfigError as exc:
+    except EnvError as exc:
         print(f"tunnel-check: configuration error: {exc}", file=sys.stderr)
         return 2
     from .monitor import Monitor

@@ -19,6 +19,8 @@ import logging
 
 import httpx
 
+from stack.backends import TUNNEL_PROVIDERS
+
 from . import logparse, probe
 from .settings import Settings
 
@@ -38,13 +40,15 @@ class Discovery:
 
     # -- the URL ----------------------------------------------------------------------------------
     def current(self, timeout_s: float) -> tuple[str | None, probe.Verdict | None]:
-        s = self.s
-        if s.provider == "direct":
-            return s.direct_url, None
-        if s.provider == "gradio":
-            return self._gradio()
-        if s.named:
-            return f"https://{s.tunnel_hostname}", None
+        """The provider's own strategy, as its registry entry names it (stack/backends.py)."""
+        return getattr(self, "_" + TUNNEL_PROVIDERS.get(self.s.provider).discovery)(timeout_s)
+
+    def _direct(self, timeout_s: float) -> tuple[str | None, probe.Verdict | None]:
+        return self.s.direct_url, None
+
+    def _cloudflared(self, timeout_s: float) -> tuple[str | None, probe.Verdict | None]:
+        if self.s.named:
+            return f"https://{self.s.tunnel_hostname}", None
         return self._quick(timeout_s)
 
     def _quick(self, timeout_s: float) -> tuple[str | None, probe.Verdict | None]:
@@ -70,7 +74,7 @@ class Discovery:
             "; ".join(tried) + " -- is the tunnel service running (docker compose logs tunnel)?",
         )
 
-    def _gradio(self) -> tuple[str | None, probe.Verdict | None]:
+    def _gradio(self, timeout_s: float = 0.0) -> tuple[str | None, probe.Verdict | None]:
         if self._forwarder is not None and self._forwarder.url:
             return self._forwarder.url, None
         try:

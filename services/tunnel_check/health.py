@@ -12,7 +12,7 @@ import sys
 
 from stack import handoff
 
-from .settings import ConfigError, load
+from .settings import EnvError, load
 
 
 def status(settings) -> tuple[bool, str]:
@@ -28,7 +28,7 @@ def status(settings) -> tuple[bool, str]:
 def main() -> int:
     try:
         settings = load()
-    except ConfigError as exc:
+    except EnvError as exc:
         print(f"unhealthy: configuration error: {exc}")
         return 1
     healthy, line = status(settings)

@@ -1,7 +1,7 @@
 """The loop: verify, publish, keep re-verifying, withdraw within the stated bound, publish again.
 
 States:
-    unpublished  retry with backoff (1s, 2s, 4s ... capped at the interval; reset when the URL
+    unpublished  retry with backoff (0.5 s, 1 s, 2 s ... capped at the interval; reset when the URL
                  changes) until a URL verifies; a fresh quick-tunnel hostname typically fails with
                  "hostname not resolvable yet" for a while first. Never gives up: the tunnel may come
                  back, and the healthcheck already reports unhealthy meanwhile.

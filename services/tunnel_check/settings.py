@@ -23,21 +23,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from stack.env import Env, EnvError
-from stack.facts import (
-    DEFAULT_PORTS,
-    DEFAULT_TUNNEL_PROVIDER,
-    HANDOFF_DIR,
-    TUNNEL_PROVIDER_ALIASES,
-    TUNNEL_PROVIDERS,
-)
+from stack import fields
+from stack.env import _UNSET, Env, EnvError, Field, Table
 
 # A record is written right after the check's request returns; allow for that write (and for a check
 # that ends exactly at its timeout when failures_to_withdraw is 1) before the record expires.
 WRITE_GRACE_S = 1.0
 
-ConfigError = EnvError
 
+F = fields
+FIELDS = Table(
+    F.TUNNEL_PROVIDER,
+    F.CAPTURE_PORT,
+    F.CAPTURE_HOST,
+    Field("TUNNEL_HOSTNAME", "text", "", "public hostname routed to the capture port by a named tunnel"),
+    # Compose passes TUNNEL_NAMED=${TUNNEL_TOKEN:+1} so this service can tell a named tunnel is configured
+    # without ever holding the token. Unset (not compose) means "not said".
+    Field("TUNNEL_NAMED", "text", None, "set by compose: 1 when TUNNEL_TOKEN is set (never the token)"),
+    F.DIRECT_URL,
+    F.TUNNEL_METRICS_PORT,
+    F.TUNNEL_LOG,
+    Field("TUNNEL_METRICS_HOST", "text", "127.0.0.1", "where cloudflared's metrics server listens"),
+    Field("TUNNEL_CHECK_INTERVAL_S", "number", 10.0, "seconds between re-checks of the public URL", minimum=0.2),
+    Field(
+        "TUNNEL_CHECK_FAILURES_TO_WITHDRAW", "integer", 2, "consecutive failed re-checks before withdrawal", minimum=1
+    ),
+    Field(
+        "TUNNEL_CHECK_TIMEOUT_S",
+        "number",
+        8.0,
+        "the most one check may take; below TUNNEL_CHECK_INTERVAL_S (default: 8, or 0.8 x a shorter interval)",
+        minimum=0.1,
+    ),
+    Field("GRADIO_SHARE_SERVER", "text", "", "TUNNEL_PROVIDER=gradio: your own frps (host:port)"),
+    F.HANDOFF_DIR,
+)
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 
@@ -63,14 +83,14 @@ def _check_url(name: str, url: str) -> None:
         parts = urlsplit(url)
         port = parts.port  # raises ValueError on a port that is not 1-65535
     except ValueError as exc:
-        raise ConfigError(f"{name}={url!r} is not a usable URL ({exc}): e.g. http://172.17.0.1:8100") from None
+        raise EnvError(f"{name}={url!r} is not a usable URL ({exc}): e.g. http://172.17.0.1:8100") from None
     if parts.scheme not in ("http", "https"):
-        raise ConfigError(f"{name}={url!r} needs an http:// or https:// scheme, e.g. http://172.17.0.1:8100")
+        raise EnvError(f"{name}={url!r} needs an http:// or https:// scheme, e.g. http://172.17.0.1:8100")
     why = _hostname_problem(parts.hostname or "")
     if why or port == 0:
-        raise ConfigError(f"{name}={url!r} is not a usable URL ({why or 'port 0'}): e.g. http://172.17.0.1:8100")
+        raise EnvError(f"{name}={url!r} is not a usable URL ({why or 'port 0'}): e.g. http://172.17.0.1:8100")
     if parts.query or parts.fragment or parts.username:
-        raise ConfigError(f"{name}={url!r} carries a query, fragment or credentials: give only scheme://host:port")
+        raise EnvError(f"{name}={url!r} carries a query, fragment or credentials: give only scheme://host:port")
 
 
 @dataclass(frozen=True)
@@ -125,77 +145,75 @@ class Settings:
 
 def load(env: Mapping[str, str] | None = None) -> Settings:
     read = Env(env)
-    provider = read.choice(
-        "TUNNEL_PROVIDER",
-        DEFAULT_TUNNEL_PROVIDER,
-        TUNNEL_PROVIDERS,
-        aliases=TUNNEL_PROVIDER_ALIASES,
-        fix="set TUNNEL_PROVIDER to cloudflared (quick, or named with TUNNEL_TOKEN + TUNNEL_HOSTNAME), gradio "
-        "(share link) or direct (DIRECT_URL the sandbox can already route to)",
-    )
-    capture_port = read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"])
-    hostname = read.text("TUNNEL_HOSTNAME")
+
+    def get(name: str, default=_UNSET):
+        return read.get(FIELDS[name]) if default is _UNSET else read.get(FIELDS[name], default)
+
+    provider = get("TUNNEL_PROVIDER")
+    capture_port = get("CAPTURE_PORT")
+    hostname = get("TUNNEL_HOSTNAME")
     if hostname.startswith(("http://", "https://")):
-        raise ConfigError(
+        raise EnvError(
             f"TUNNEL_HOSTNAME={hostname!r} must be a bare hostname (e.g. capture.example.com): "
             "a named tunnel is always served as https://<hostname>"
         )
     hostname = hostname.rstrip("/")
     if hostname and (why := _hostname_problem(hostname.split(":")[0])):
-        raise ConfigError(f"TUNNEL_HOSTNAME={hostname!r} is not a hostname ({why}): e.g. capture.example.com")
-    # Compose passes TUNNEL_NAMED=${TUNNEL_TOKEN:+1} so this service can tell a named tunnel is
-    # configured without ever holding the token. Unset (not compose) means "not said".
-    named_flag = read.env.get("TUNNEL_NAMED")
+        raise EnvError(f"TUNNEL_HOSTNAME={hostname!r} is not a hostname ({why}): e.g. capture.example.com")
+    # Unset (not compose) means "not said"; compose's empty means "no token".
+    named_flag = get("TUNNEL_NAMED", "") if "TUNNEL_NAMED" in read.env else None
     if provider == "cloudflared" and named_flag is not None:
         if named_flag and not hostname:
-            raise ConfigError(
+            raise EnvError(
                 "TUNNEL_TOKEN is set (named tunnel) but TUNNEL_HOSTNAME is empty: set TUNNEL_HOSTNAME "
                 "to the public hostname routed to this tunnel; it is the URL tunnel-check verifies"
             )
         if hostname and not named_flag:
-            raise ConfigError(
+            raise EnvError(
                 f"TUNNEL_HOSTNAME={hostname} is set but TUNNEL_TOKEN is empty: a quick tunnel gets a "
                 "random trycloudflare.com hostname; set TUNNEL_TOKEN for the named tunnel or unset "
                 "TUNNEL_HOSTNAME"
             )
-    direct_url = read.url("DIRECT_URL", fix="set DIRECT_URL with its scheme, e.g. http://172.17.0.1:8100")
+    direct_url = get("DIRECT_URL")
     if provider == "direct":
         if not direct_url:
-            raise ConfigError(
+            raise EnvError(
                 "TUNNEL_PROVIDER=direct needs DIRECT_URL: the capture proxy's URL as the sandbox "
                 "reaches it (e.g. http://172.17.0.1:8100 for local docker sandboxes)"
             )
         _check_url("DIRECT_URL", direct_url)
-    metrics_port = read.port("TUNNEL_METRICS_PORT", None)
-    tunnel_log = read.text("TUNNEL_LOG")
+    # Optional here (unset: no metrics discovery): a named tunnel or TUNNEL_LOG finds the URL without it.
+    # compose passes the port it gives cloudflared's --metrics.
+    metrics_port = get("TUNNEL_METRICS_PORT", None)
+    tunnel_log = get("TUNNEL_LOG")
     if provider == "cloudflared" and not hostname and metrics_port is None and not tunnel_log:
-        raise ConfigError(
+        raise EnvError(
             "a quick tunnel's URL is found through TUNNEL_METRICS_PORT (cloudflared --metrics) or "
             "TUNNEL_LOG (cloudflared --logfile); set at least one"
         )
-    interval = read.number("TUNNEL_CHECK_INTERVAL_S", 10.0, minimum=0.2)
-    failures = read.integer("TUNNEL_CHECK_FAILURES_TO_WITHDRAW", 2, minimum=1)
-    timeout = read.number("TUNNEL_CHECK_TIMEOUT_S", min(8.0, interval * 0.8), minimum=0.1)
+    interval = get("TUNNEL_CHECK_INTERVAL_S")
+    failures = get("TUNNEL_CHECK_FAILURES_TO_WITHDRAW")
+    timeout = get("TUNNEL_CHECK_TIMEOUT_S", min(FIELDS["TUNNEL_CHECK_TIMEOUT_S"].default, interval * 0.8))
     if timeout >= interval:
-        raise ConfigError(
+        raise EnvError(
             f"TUNNEL_CHECK_TIMEOUT_S={timeout:g} must be below TUNNEL_CHECK_INTERVAL_S={interval:g}: "
             "checks run on a fixed schedule and one must end before the next starts, or the "
             "withdraw bound no longer holds"
         )
-    capture_host = read.text("CAPTURE_HOST", "127.0.0.1")
+    capture_host = get("CAPTURE_HOST")
     _check_url("CAPTURE_HOST", f"http://{capture_host}:{capture_port}")
-    gradio_server = read.text("GRADIO_SHARE_SERVER")
+    gradio_server = get("GRADIO_SHARE_SERVER")
     if gradio_server:
         host, _, port = gradio_server.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536 or _hostname_problem(host):
-            raise ConfigError(
+            raise EnvError(
                 f"GRADIO_SHARE_SERVER={gradio_server!r} is not host:port (your frps), e.g. frps.example.com:7000"
             )
     return Settings(
         provider=provider,
         capture_host=capture_host,
         capture_port=capture_port,
-        metrics_host=read.text("TUNNEL_METRICS_HOST", "127.0.0.1"),
+        metrics_host=get("TUNNEL_METRICS_HOST"),
         metrics_port=metrics_port,
         tunnel_log=tunnel_log,
         tunnel_hostname=hostname,
@@ -204,5 +222,5 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         interval_s=interval,
         failures_to_withdraw=failures,
         timeout_s=timeout,
-        handoff_dir=read.path("HANDOFF_DIR", HANDOFF_DIR),
+        handoff_dir=get("HANDOFF_DIR"),
     )

@@ -15,12 +15,21 @@ import asyncio
 import socket
 import sys
 
-from stack.env import Env, EnvError
-from stack.facts import DEFAULT_PORTS
+from stack import fields
+from stack.env import Env, EnvError, Field, Table
 
 from .address import AddressError, listen_host
 from .announce import Announcer
 from .server import Standin, State
+
+FIELDS = Table(
+    fields.CAPTURE_PORT,
+    fields.TUNNEL_METRICS_PORT,
+    Field("STANDIN_LISTEN_HOST", "text", "", "sandbox-reachable address; empty: the docker0 address"),
+    # 0 (or empty): a free port on each start, as a restarted quick tunnel gets a new hostname.
+    Field("STANDIN_PORT", "integer", 0, "public port; 0 or empty: a free one per start", minimum=0, maximum=65535),
+    fields.TUNNEL_LOG,
+)
 
 
 def _bind(host: str, port: int, what: str, fix: str) -> socket.socket:
@@ -41,16 +50,15 @@ def main(env: dict | None = None) -> int:
     import os
 
     env = dict(os.environ if env is None else env)
+    read = Env(env, collect=True)
     try:
-        host = listen_host(env.get("STANDIN_LISTEN_HOST"))
+        host = listen_host(read.get(FIELDS["STANDIN_LISTEN_HOST"]) or None)
     except AddressError as exc:
         print(f"tunnel-standin: {exc}", file=sys.stderr)
         return 2
-    read = Env(env, collect=True)
-    capture_port = read.port("CAPTURE_PORT", DEFAULT_PORTS["CAPTURE_PORT"])
-    metrics_port = read.port("TUNNEL_METRICS_PORT", DEFAULT_PORTS["TUNNEL_METRICS_PORT"])
-    # 0 (or empty): a free port on each start, as a restarted quick tunnel gets a new hostname.
-    public_port = 0 if read.text("STANDIN_PORT") == "0" else read.port("STANDIN_PORT", 0)
+    capture_port = read.get(FIELDS["CAPTURE_PORT"])
+    metrics_port = read.get(FIELDS["TUNNEL_METRICS_PORT"])
+    public_port = read.get(FIELDS["STANDIN_PORT"])
     try:
         read.check()
     except EnvError as exc:
@@ -62,7 +70,7 @@ def main(env: dict | None = None) -> int:
     bound_host, bound_port = public.getsockname()[:2]
     url = f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"
 
-    say = Announcer(env.get("TUNNEL_LOG") or None)
+    say = Announcer(read.get(FIELDS["TUNNEL_LOG"]) or None)
     say.log(
         "info",
         "Local tunnel stand-in (CPU form, not cloudflared): forwards to the capture proxy only",

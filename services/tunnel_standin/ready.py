@@ -10,12 +10,12 @@ import urllib.error
 import urllib.request
 
 from stack.env import Env, EnvError
-from stack.facts import DEFAULT_PORTS
+from stack.fields import TUNNEL_METRICS_PORT
 
 
 def main() -> int:
     try:
-        port = Env().port("TUNNEL_METRICS_PORT", DEFAULT_PORTS["TUNNEL_METRICS_PORT"])
+        port = Env().get(TUNNEL_METRICS_PORT)
     except EnvError as exc:
         print(f"not ready: {exc}")
         return 1

@@ -20,14 +20,11 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import shutil
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from compose_stack import ROOT, Stack, clean_env, run
+from compose_stack import Stack, clean_env, prepare_run, run
 
 PROJECT = "asyncgrpo-faults"
 # Its own ports, away from the smoke test's and the defaults, so it can run next to either.
@@ -41,19 +38,9 @@ STEP_LINE = re.compile(r"^trainer-\d+\s+\|\s+step (\d+)/\d+ ", re.M)
 
 @pytest.fixture(scope="module")
 def stack():
-    run_dir = ROOT / ".run" / "faults"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    bucket = run_dir / "bucket"
-    trials = Path(tempfile.gettempdir()) / f"{PROJECT}-trials"  # scripts/test: the project's .run/tmp
-    shutil.rmtree(trials, ignore_errors=True)
-    bucket.mkdir(parents=True)
-    trials.mkdir(parents=True)
     run_name = f"faults-{secrets.token_hex(3)}"
-    env_file = run_dir / "faults.env"
     values = {
         **{k: str(v) for k, v in PORTS.items()},
-        "CPU_BUCKET_PATH": str(bucket),
-        "CPU_TRIALS_DIR": str(trials),
         # More steps than the suite will train: it stops the run itself.
         "CPU_MAX_STEPS": "50",
         "CPU_SAVE_STEPS": str(SAVE_STEPS),
@@ -63,7 +50,7 @@ def stack():
         "TUNNEL_CHECK_INTERVAL_S": "3",
         "TUNNEL_CHECK_TIMEOUT_S": "2",
     }
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    bucket, trials, env_file = prepare_run("faults", PROJECT, values)
     s = Stack(env_file=env_file, env=clean_env(), project=PROJECT)
     s.bucket, s.trials, s.run_dir = bucket, trials, bucket / "checkpoints" / run_name
     s.figures = {}

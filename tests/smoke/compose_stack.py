@@ -6,12 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,3 +254,29 @@ def clean_env() -> dict[str, str]:
     """The caller's environment without anything that would reconfigure the stack behind our back."""
     keep = ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG", "TMPDIR", "LANG")
     return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def prepare_run(name: str, project: str, values: dict[str, str]) -> tuple[Path, Path, Path]:
+    """A fresh `.run/<name>` with the CPU form's bucket in it, a fresh trials folder (`<TMPDIR>/<project>-trials`,
+    the same absolute path in env-server and on the host; scripts/test points TMPDIR at the project's .run/tmp
+    and removes it at the end) and `<name>.env` holding `values` plus both folders. Returns (bucket, trials,
+    env file)."""
+    run_dir = ROOT / ".run" / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    bucket = run_dir / "bucket"
+    trials = Path(tempfile.gettempdir()) / f"{project}-trials"
+    shutil.rmtree(trials, ignore_errors=True)
+    bucket.mkdir(parents=True)
+    trials.mkdir(parents=True)
+    env_file = run_dir / f"{name}.env"
+    values = {**values, "CPU_BUCKET_PATH": str(bucket), "CPU_TRIALS_DIR": str(trials)}
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return bucket, trials, env_file
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Attach each phase's outcome to the test item, so fixtures can print diagnostics on failure (both
+    stack suites' conftest.py register this hook)."""
+    outcome = yield
+    setattr(item, "rep_" + outcome.get_result().when, outcome.get_result())

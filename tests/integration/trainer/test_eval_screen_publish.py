@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support import free_ports, wait_healthy
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "standins"))
+from cpu_engine import cpu_engine  # noqa: E402
 from hub import HubStandin  # noqa: E402
 from scripted_agent import ScriptedAgentRunner  # noqa: E402
 
@@ -38,38 +38,10 @@ def stack(tmp_path_factory):
     import trl  # noqa: F401
 
     work = tmp_path_factory.mktemp("eval-screen-publish")
-    model_dir = Path("/app/models/tiny-agent")
-    if not (model_dir / "config.json").is_file():
-        model_dir = work / "tiny-agent"
-        subprocess.run([sys.executable, "-m", "mock_engine.build_model", str(model_dir)], check=True, timeout=300)
-    engine_port, capture_port = free_ports(2)
-    script = work / "script.json"
-    script.write_text(json.dumps([{"match": "repository", "actions": ["ls", "cat README.md"]}]))
-    engine = subprocess.Popen(
-        [sys.executable, "-m", "mock_engine"],
-        env={
-            **os.environ,
-            "MOCK_MODEL_DIR": str(model_dir),
-            "MODEL": str(model_dir),
-            "ENGINE_PORT": str(engine_port),
-            "MOCK_MAX_NEW_TOKENS": "128",
-            "MOCK_SCRIPT_FILE": str(script),
-            "MOCK_SCRIPT_PROB": "0.5",
-        },
-        stdout=open(work / "engine.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
-    engine_url = f"http://127.0.0.1:{engine_port}"
-    proxy = subprocess.Popen(
-        [sys.executable, str(HERE / "capture_proxy.py"), engine_url + "/v1", str(model_dir), str(capture_port)],
-        stdout=open(work / "proxy.log", "w"),
-        stderr=subprocess.STDOUT,
-    )
     bucket = work / "bucket"
     bucket.mkdir()
-    try:
-        wait_healthy(engine_url + "/health", engine)
-        wait_healthy(f"http://127.0.0.1:{capture_port}/health", proxy)
+    with cpu_engine(work) as engine:
+        model_dir, engine_url, capture_url = engine["model"], engine["engine"], engine["capture"]
         with HubStandin(work / "hub", token=TOKEN) as hub:
             env = {
                 "MODEL": str(model_dir),
@@ -86,15 +58,8 @@ def stack(tmp_path_factory):
                 "HF_ENDPOINT": hub.url,
                 "HUB_RETRY_S": "1",
             }
-            runner = ScriptedAgentRunner(capture_url=f"http://127.0.0.1:{capture_port}", model=str(model_dir))
+            runner = ScriptedAgentRunner(capture_url=capture_url, model=str(model_dir))
             yield {"work": work, "env": env, "bucket": bucket, "hub": hub, "runner": runner, "tasks": TASKS}
-    finally:
-        for proc in (proxy, engine):
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys):
@@ -153,7 +118,7 @@ def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys)
         "MAX_INFLIGHT_ROLLOUTS": "4",
         "SAVE_STEPS": "1",
         "LEARNING_RATE": "1e-2",
-        "MAX_COMPLETION_TOKENS": "128",
+        "MAX_OUTPUT_TOKENS": "128",
         "AGENT_STEP_LIMIT": "3",
         "REPORT_TO": "tensorboard",
     }

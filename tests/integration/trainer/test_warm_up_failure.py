@@ -48,6 +48,8 @@ def start(tmp_path, result):
         "REPORT_TO": "none",
         "WEIGHT_TRANSFER": "mock",
         "SANDBOX": "docker",
+        # The runner's one split: the trainer trains on DATASETS' splits only.
+        "DATASETS": "starter",
     }
     runner = OneResult(result)
     # run() sets the dashboards' folders in os.environ (reporting.prepare): put back what was there.

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from engine.command import ConfigError, build_command, build_environment
+from engine.command import EnvError, build_command, build_environment
 
 BASE = {"MODEL": "Qwen/Qwen3-1.7B", "ENGINE_PORT": "8001", "TOOL_CALL_PARSER": "hermes"}
 
@@ -64,13 +64,13 @@ def test_sizes_parsers_and_template_kwargs_come_from_the_environment():
     ],
 )
 def test_extra_args_cannot_override_a_required_flag(extra):
-    with pytest.raises(ConfigError, match="overrides a flag the training path requires"):
+    with pytest.raises(EnvError, match="overrides a flag the training path requires"):
         build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
 
 
 @pytest.mark.parametrize("extra", ["--host 0.0.0.0", "--host=0.0.0.0", "--host ::"])
 def test_extra_args_cannot_bind_all_interfaces(extra):
-    with pytest.raises(ConfigError, match="must listen on 127.0.0.1"):
+    with pytest.raises(EnvError, match="must listen on 127.0.0.1"):
         build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
 
 
@@ -84,7 +84,7 @@ def test_extra_args_cannot_bind_all_interfaces(extra):
     ],
 )
 def test_extra_args_point_managed_flags_at_their_variable(extra, var):
-    with pytest.raises(ConfigError, match=f"set {var} in .env"):
+    with pytest.raises(EnvError, match=f"set {var} in .env"):
         build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
 
 
@@ -95,8 +95,6 @@ def test_extra_args_point_managed_flags_at_their_variable(extra, var):
             {"ENGINE_HOST": "0.0.0.0"},
             "ENGINE_HOST='0.0.0.0' is not allowed: the engine is on the host network and must bind 127.0.0.1",
         ),
-        ({"MODEL": ""}, "MODEL is empty"),
-        ({"TOOL_CALL_PARSER": ""}, "TOOL_CALL_PARSER is empty"),
         ({"ENGINE_TENSOR_PARALLEL_SIZE": "two"}, "ENGINE_TENSOR_PARALLEL_SIZE='two' is not a whole number"),
         ({"ENGINE_TENSOR_PARALLEL_SIZE": "0"}, "ENGINE_TENSOR_PARALLEL_SIZE='0' is below 1"),
         ({"ENGINE_GPU_MEMORY_UTILIZATION": "85"}, r"ENGINE_GPU_MEMORY_UTILIZATION='85' is above 1: set .* in \(0, 1\]"),
@@ -107,9 +105,15 @@ def test_extra_args_point_managed_flags_at_their_variable(extra, var):
     ],
 )
 def test_bad_settings_fail_with_one_line_naming_the_setting(env, match):
-    with pytest.raises(ConfigError, match=match) as info:
+    with pytest.raises(EnvError, match=match) as info:
         build_command({**BASE, **env})
     assert "\n" not in str(info.value)
+
+
+def test_empty_model_and_parser_are_the_fields_defaults():
+    """compose passes both through empty when unset: the engine serves the one default, as the trainer trains it."""
+    argv = build_command({"MODEL": "", "TOOL_CALL_PARSER": ""})
+    assert argv[2] == "Qwen/Qwen3-1.7B" and flag_value(argv, "--tool-call-parser") == "hermes"
 
 
 def test_dev_mode_is_forced_on_for_trl_routes():

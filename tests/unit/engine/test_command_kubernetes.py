@@ -3,7 +3,7 @@ under compose, loopback only, as before."""
 
 import pytest
 
-from engine.command import ConfigError, build_command
+from engine.command import EnvError, build_command
 
 
 def flag_value(argv, flag):
@@ -20,12 +20,12 @@ def test_kubernetes_binds_the_pods_address():
 
 @pytest.mark.parametrize("deployment", ["", "compose"])
 def test_compose_still_refuses_a_wide_bind(deployment):
-    with pytest.raises(ConfigError, match="must bind 127.0.0.1"):
+    with pytest.raises(EnvError, match="must bind 127.0.0.1"):
         build_command({"MODEL": "m", "TOOL_CALL_PARSER": "hermes", "DEPLOYMENT": deployment, "ENGINE_HOST": "0.0.0.0"})
 
 
 def test_an_unknown_deployment_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^DEPLOYMENT='swarm' is not allowed: use compose"):
+    with pytest.raises(EnvError, match=r"^DEPLOYMENT='swarm' is not allowed: use compose"):
         build_command({"MODEL": "m", "TOOL_CALL_PARSER": "hermes", "DEPLOYMENT": "swarm"})
 
 
@@ -36,5 +36,5 @@ def test_extra_args_still_cannot_rebind_on_kubernetes():
         "DEPLOYMENT": "kubernetes",
         "ENGINE_EXTRA_ARGS": "--host 10.0.0.1",
     }
-    with pytest.raises(ConfigError, match="remove --host from ENGINE_EXTRA_ARGS"):
+    with pytest.raises(EnvError, match="remove --host from ENGINE_EXTRA_ARGS"):
         build_command(env)

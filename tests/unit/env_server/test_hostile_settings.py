@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from env_server.checks import check_dataset_sources, drop_unneeded_hf_token
-from env_server.settings import ConfigError, Settings
+from env_server.settings import EnvError, Settings
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]"])
 def test_a_wildcard_capture_host_is_refused(host):
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(EnvError) as exc:
         Settings.from_env({"CAPTURE_HOST": host})
     assert str(exc.value) == (
         f"CAPTURE_HOST={host!r} would publish the capture proxy on every interface: set it to 127.0.0.1 "
@@ -24,7 +24,7 @@ def test_a_specific_capture_host_is_kept():
 
 def test_plain_http_direct_url_is_refused_for_remote_sandboxes():
     env = {"TUNNEL_PROVIDER": "direct", "SANDBOX": "e2b", "DIRECT_URL": "http://203.0.113.5:8100"}
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(EnvError) as exc:
         Settings.from_env(env)
     assert str(exc.value) == (
         "DIRECT_URL=http://203.0.113.5:8100 is plain http but SANDBOX=e2b sandboxes reach it across the "
@@ -52,7 +52,7 @@ def test_front_defaults_and_task_env_allow_list():
 
 def test_docker_sandboxes_take_local_datasets_only():
     s = Settings.from_env({"SANDBOX": "docker", "DATASETS": "/app/datasets/starter,org/some-tasks"})
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(EnvError) as exc:
         check_dataset_sources(s)
     assert str(exc.value) == (
         "SANDBOX=docker builds each task's Dockerfile and compose file on this host's Docker daemon, so it "
@@ -72,7 +72,7 @@ def test_docker_sandboxes_take_local_datasets_only():
 
 
 def test_the_remote_tasks_opt_out_must_be_said_in_so_many_words():
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(EnvError) as exc:
         Settings.from_env({"SANDBOX_DOCKER_REMOTE_TASKS_OK": "yes"})
     assert str(exc.value) == (
         "SANDBOX_DOCKER_REMOTE_TASKS_OK='yes' is not the opt-out phrase: set it to exactly "

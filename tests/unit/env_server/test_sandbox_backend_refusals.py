@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from env_server.checks import ConfigError, check_docker, check_sandbox
+from env_server.checks import EnvError, check_docker, check_sandbox
 from env_server.settings import Settings
 
 
@@ -24,7 +24,7 @@ def docker_cli(tmp_path, monkeypatch, script: str) -> None:
 
 def test_no_docker_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(EnvError) as err:
         check_docker()
     assert str(err.value) == "SANDBOX=docker needs the docker CLI in env-server: rebuild images/env-server"
 
@@ -36,7 +36,7 @@ def test_a_daemon_that_does_not_answer_is_named_with_the_clis_words(tmp_path, mo
         'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2\n'
         "exit 1\n",
     )
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(EnvError) as err:
         check_docker()
     assert str(err.value) == (
         "SANDBOX=docker but the Docker daemon does not answer from env-server (Cannot connect to the Docker daemon "
@@ -47,7 +47,7 @@ def test_a_daemon_that_does_not_answer_is_named_with_the_clis_words(tmp_path, mo
 
 def test_an_empty_answer_from_docker_info_is_no_daemon(tmp_path, monkeypatch):
     docker_cli(tmp_path, monkeypatch, "exit 0\n")  # `docker info --format` prints nothing when no daemon answers
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(EnvError) as err:
         check_docker()
     assert str(err.value) == (
         "SANDBOX=docker but the Docker daemon does not answer from env-server (`docker info` exited 0 with no "
@@ -62,7 +62,7 @@ def test_no_compose_plugin(tmp_path, monkeypatch):
         'case "$1" in info) echo 27.5.1 ;; compose) echo "docker: unknown command: docker compose" >&2; exit 1 ;; '
         "esac\n",
     )
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(EnvError) as err:
         check_docker()
     assert str(err.value) == (
         "SANDBOX=docker needs the compose v2 plugin (`docker compose`) in env-server: rebuild images/env-server"
@@ -75,18 +75,21 @@ def test_a_working_cli_reports_both_versions(tmp_path, monkeypatch):
 
 
 def test_e2b_without_a_key():
-    with pytest.raises(ConfigError) as err:
-        check_sandbox(Settings(sandbox="e2b", e2b_key_set=False))
+    with pytest.raises(EnvError) as err:
+        check_sandbox(Settings(sandbox="e2b", credentials_set=()))
+    # The same line preflight prints (one rule, stack/backends.py).
     assert str(err.value) == (
-        "SANDBOX=e2b needs E2B_API_KEY: set E2B_API_KEY in .env (from your E2B dashboard), or set SANDBOX=docker to "
-        "run sandboxes on this host"
+        "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_..., from your E2B dashboard), or use "
+        "SANDBOX=docker"
     )
 
 
 def test_a_wheelhouse_without_the_agents_wheel(tmp_path):
     (tmp_path / "requests-2.32.3-py3-none-any.whl").write_text("")  # other wheels do not count
-    settings = Settings(sandbox="e2b", e2b_key_set=True, agent_install="wheelhouse", wheelhouse_dir=str(tmp_path))
-    with pytest.raises(ConfigError) as err:
+    settings = Settings(
+        sandbox="e2b", credentials_set=("E2B_API_KEY",), agent_install="wheelhouse", wheelhouse_dir=str(tmp_path)
+    )
+    with pytest.raises(EnvError) as err:
         check_sandbox(settings)
     assert str(err.value) == (
         f"AGENT_INSTALL=wheelhouse but {tmp_path} holds no mini_swe_agent wheel: run `pip download "

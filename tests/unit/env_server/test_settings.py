@@ -2,7 +2,7 @@
 
 import pytest
 
-from env_server.settings import ConfigError, Settings
+from env_server.settings import EnvError, Settings
 
 
 def test_defaults_bind_loopback_and_serve_the_starter_set():
@@ -27,7 +27,8 @@ def test_enough_envs_needs_no_note():
     [
         (
             {"SANDBOX": "modal"},
-            "SANDBOX='modal' is not allowed: set SANDBOX to e2b (production) or docker (local sandboxes) (default e2b)",
+            "SANDBOX='modal' is not allowed: set SANDBOX to one of: e2b (production, E2B's cloud), docker (local "
+            "sandboxes on this host) (default e2b)",
         ),
         (
             {"AGENT_INSTALL": "apt"},
@@ -50,18 +51,18 @@ def test_enough_envs_needs_no_note():
     ],
 )
 def test_bad_values_name_the_variable(env, words):
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(EnvError) as info:
         Settings.from_env(env)
     assert str(info.value) == words
 
 
 def test_every_bad_value_is_reported_at_once():
-    with pytest.raises(ConfigError) as info:
-        Settings.from_env({"SANDBOX": "modal", "CAPTURE_PORT": "x", "SHUTDOWN_GRACE_S": "soon"})
+    with pytest.raises(EnvError) as info:
+        Settings.from_env({"SANDBOX": "modal", "CAPTURE_PORT": "x", "ENV_SERVER_SHUTDOWN_GRACE_S": "soon"})
     assert [line.split("=")[0] for line in str(info.value).splitlines()] == [
         "SANDBOX",
         "CAPTURE_PORT",
-        "SHUTDOWN_GRACE_S",
+        "ENV_SERVER_SHUTDOWN_GRACE_S",
     ]
 
 

@@ -15,7 +15,7 @@ import pytest
 from support import free_port
 
 from env_server.checks import check_trials_dir, probe_engine
-from env_server.settings import ConfigError
+from env_server.settings import EnvError
 
 REPO = Path(__file__).resolve().parents[3]
 STARTER = REPO / "datasets" / "starter"
@@ -46,7 +46,7 @@ def test_e2b_without_key_names_the_fix():
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = fatal_lines(proc)
     assert "SANDBOX=e2b needs E2B_API_KEY" in line
-    assert "set E2B_API_KEY in .env" in line and "SANDBOX=docker" in line
+    assert "put your key in .env" in line and "SANDBOX=docker" in line
 
 
 def test_unreachable_engine_is_one_line_and_not_fatal():
@@ -61,7 +61,7 @@ def test_unreachable_engine_is_one_line_and_not_fatal():
 
 
 def test_trials_dir_must_be_mounted_at_its_own_path_when_driving_the_host_daemon(tmp_path):
-    with pytest.raises(ConfigError, match="is not mounted into env-server") as info:
+    with pytest.raises(EnvError, match="is not mounted into env-server") as info:
         check_trials_dir(str(tmp_path), containerised=True, mounts={"/", "/proc"})
     assert f"'{tmp_path}:{tmp_path}'" in str(info.value)
     assert "writable, same path on host" in check_trials_dir(str(tmp_path), containerised=True, mounts={str(tmp_path)})
@@ -76,6 +76,6 @@ def test_docker_mode_without_a_daemon_names_the_socket_mount(monkeypatch, tmp_pa
     if _shutil.which("docker") is None:
         pytest.skip("no docker CLI on this host")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nobody.sock")
-    with pytest.raises(ConfigError, match="Docker daemon does not answer") as info:
+    with pytest.raises(EnvError, match="Docker daemon does not answer") as info:
         check_docker()
     assert "mount /var/run/docker.sock into env-server" in str(info.value)

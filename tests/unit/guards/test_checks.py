@@ -68,7 +68,7 @@ def test_a_good_configuration_passes(tmp_path):
 def test_all_failures_are_reported_together(tmp_path):
     env = good_env(tmp_path, E2B_API_KEY="", MODEL="", COMPOSE_PROFILES="")
     found = failures(env, probes_for(tmp_path, PLAIN_FOLDER, gpus=1))
-    assert set(found) == {"gpus", "bucket-mount", "sandbox", "named", "tunnel"}
+    assert set(found) == {"gpus", "bucket-mount", "sandbox", "tunnel"}
 
 
 def test_gpu_count(tmp_path):
@@ -186,9 +186,16 @@ def test_two_services_on_one_port(tmp_path):
     assert "both" in failures(env, probes_for(tmp_path, GCSFUSE))["ports"]
 
 
-def test_model_and_dataset_named(tmp_path):
-    msg = failures(good_env(tmp_path, DATASETS=" "), probes_for(tmp_path, GCSFUSE))["named"]
-    assert msg.startswith("DATASETS is empty")
+def test_an_empty_model_or_dataset_is_the_one_default_everywhere(tmp_path):
+    """compose passes MODEL and DATASETS through empty when unset: every reader takes the field's default
+    (there is no service that would start with an empty model for preflight to refuse)."""
+    from env_server.settings import Settings
+    from trainer import config
+
+    empty = {"MODEL": "", "DATASETS": " "}
+    assert config.from_env(empty).model == Settings.from_env(empty).model == "Qwen/Qwen3-1.7B"
+    assert config.from_env(empty).datasets == Settings.from_env(empty).datasets == ("/app/datasets/starter",)
+    assert failures(good_env(tmp_path, **empty), probes_for(tmp_path, GCSFUSE)) == {}
 
 
 def test_disk_space(tmp_path):
@@ -205,7 +212,9 @@ def test_disk_space(tmp_path):
         (
             "ngrok",
             "",
-            "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to one of cloudflared, gradio, direct",
+            "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to one of: cloudflared (a quick tunnel, or a "
+            "named one with TUNNEL_TOKEN + TUNNEL_HOSTNAME), gradio (OpenEnv's share link), direct (DIRECT_URL the "
+            "sandbox can already route to) (default cloudflared)",
         ),
     ],
 )
@@ -236,11 +245,11 @@ def test_step_limit_never_silently_unlimited(tmp_path, value, start):
 
 
 def test_sandbox_values_are_the_env_servers(tmp_path):
-    """Preflight refuses exactly what env-server would refuse at start (SANDBOX=modal used to pass here)."""
-    from env_server.settings import ConfigError, Settings
+    """Preflight refuses exactly what env-server would refuse at start (SANDBOX=modal, say)."""
+    from env_server.settings import EnvError, Settings
 
     msg = failures(good_env(tmp_path, SANDBOX="modal"), probes_for(tmp_path, GCSFUSE))["sandbox"]
-    with pytest.raises(ConfigError) as refused:
+    with pytest.raises(EnvError) as refused:
         Settings.from_env({"SANDBOX": "modal"})
     assert msg == str(refused.value)
     assert msg.startswith("SANDBOX='modal' is not allowed")
@@ -313,12 +322,15 @@ def test_weight_transfer_modes(tmp_path):
         return {f.check: f.message for f in run_all(good_env(tmp_path, WEIGHT_TRANSFER=mode), probes)}
 
     assert (
-        "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of nccl, mock (default nccl)"
-        in by("gloo")["trainer-settings"]
+        "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of: nccl (vLLM's NCCL weight transfer, "
+        "GPU), mock (the mock engine's HTTP backend, the CPU form) (default nccl)" in by("gloo")["trainer-settings"]
     )
     # No vllm in the host venv: nccl names the image to build from. The mock engine's backend is in
     # this checkout (services/mock_engine/weight_client.py), so mock passes.
-    assert "FROM the vLLM image" in by("nccl")["weight-transfer"]
+    assert by("nccl")["weight-transfer"] == (
+        "WEIGHT_TRANSFER=nccl needs vllm in the trainer image: build the trainer image FROM the vLLM image; the "
+        "CPU form sets WEIGHT_TRANSFER=mock"
+    )
     assert "weight-transfer" not in by("mock")
 
 
@@ -347,7 +359,6 @@ def test_preflight_command_lists_every_problem(tmp_path):
         "bucket-writable",
         "hf-home",
         "sandbox",
-        "named",
         "tunnel",
     ], out.stderr
-    assert out.stderr.startswith("preflight: 6 problem(s) stop this run before any GPU time is spent:\n")
+    assert out.stderr.startswith("preflight: 5 problem(s) stop this run before any GPU time is spent:\n")

@@ -13,6 +13,7 @@ from test_checks import GCSFUSE, good_env, probes_for
 
 from guards import disk, ports
 from guards.checks import run_all
+from stack.env import EnvError
 from trainer import config
 
 
@@ -78,7 +79,7 @@ def test_each_bad_setting_is_one_line_in_preflight(tmp_path, name, value, line):
     assert len(found) == 1, found
     assert found[0].startswith(line), found[0]
     # The trainer refuses the same value with the same line (one definition, not two).
-    with pytest.raises(config.SettingsError) as err:
+    with pytest.raises(EnvError) as err:
         config.from_env({name: value})
     assert err.value.problems == found
 
@@ -98,7 +99,7 @@ def test_defaults_and_good_values_read_as_stated():
         3,
         "http://127.0.0.1:9",
     )
-    assert config.from_env({}).save_total_limit == config.DEFAULT_SAVE_TOTAL_LIMIT == 2
+    assert config.from_env({}).save_total_limit == config.FIELDS["SAVE_TOTAL_LIMIT"].default == 2
 
 
 # --- disk: model size x retained checkpoints + cache ---------------------------------------------------

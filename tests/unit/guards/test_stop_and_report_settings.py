@@ -6,6 +6,7 @@ import pytest
 from test_checks import GCSFUSE, good_env, probes_for
 
 from guards.checks import run_all
+from stack.env import EnvError
 from trainer import reporting, stop_rules
 
 
@@ -41,8 +42,8 @@ def lines(env, tmp_path, phase="preflight"):
         (
             "STOP_WINDOW_STEPS",
             "2.5",
-            "STOP_WINDOW_STEPS='2.5' must be a whole number of steps >= 1 (default 5): set it in .env, e.g. "
-            "STOP_WINDOW_STEPS=5 (the logged steps each rule averages over)",
+            "STOP_WINDOW_STEPS='2.5' is not a whole number: set it in .env to a whole number of steps >= 1, e.g. "
+            "STOP_WINDOW_STEPS=5 (the logged steps each rule averages over) (default 5)",
         ),
     ],
 )
@@ -50,7 +51,7 @@ def test_each_bad_stop_rule_setting_is_one_line_naming_the_fix(tmp_path, name, v
     for phase in ("preflight", "trainer"):
         assert lines(good_env(tmp_path, **{name: value}), tmp_path, phase) == [("stop-rules", line)]
     # The trainer stops with the same line (one reader, not two).
-    with pytest.raises(stop_rules.StopRuleSettingError) as err:
+    with pytest.raises(EnvError) as err:
         stop_rules.from_env({name: value})
     assert str(err.value) == line
 
@@ -79,7 +80,7 @@ def test_wandb_without_its_key_is_one_line_naming_the_fix(tmp_path):
     assert lines(preflight, tmp_path, "preflight") == [("report-to", WANDB_LINE)]
     # Told nothing about the key at all: this process cannot know; the trainer checks it.
     assert lines(good_env(tmp_path, REPORT_TO="wandb"), tmp_path) == []
-    with pytest.raises(reporting.ReportToError) as err:
+    with pytest.raises(EnvError) as err:
         reporting.check("wandb", {})
     assert str(err.value) == WANDB_LINE
 

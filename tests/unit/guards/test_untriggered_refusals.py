@@ -37,8 +37,8 @@ def test_blank_sandbox_is_the_default_as_everywhere(tmp_path):
     whose key this environment has, exactly as env-server would read it."""
     assert failures(good_env(tmp_path, SANDBOX="  "), probes_for(tmp_path, GCSFUSE)) == {}
     assert failures(good_env(tmp_path, SANDBOX="  ", E2B_API_KEY=""), probes_for(tmp_path, GCSFUSE)) == {
-        "sandbox": "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_...), or use SANDBOX=docker "
-        "for local sandboxes"
+        "sandbox": "SANDBOX=e2b needs E2B_API_KEY: put your key in .env (E2B_API_KEY=e2b_..., from your E2B "
+        "dashboard), or use SANDBOX=docker"
     }
 
 
@@ -53,7 +53,7 @@ def test_unreadable_mountinfo(tmp_path):
 
 
 def test_train_script_override_is_copied_once_and_reused_on_resume(tmp_path):
-    from guards.train_script import materialize, resolve
+    from trainer.train_script import materialize, resolve
 
     script = tmp_path / "mine.py"
     script.write_text("print('first')\n")

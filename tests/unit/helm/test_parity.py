@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from settings_tables import FIELDS, effective, states_default
 
 TUNNEL = {"TUNNEL_HOSTNAME": "capture.example.com"}
 
@@ -35,6 +36,11 @@ ONLY_IN_COMPOSE = {
     # from a Secret at pod start, unknown at render time, so there the trainer's own check refuses
     # REPORT_TO=wandb without it (the same line, one pod later).
     ("preflight", "WANDB_API_KEY_SET"),
+    # The services read the operator's own names; the chart's templates still pass these two under the
+    # inner names the services do not read (the chart is changed with deploy/helm's own work).
+    ("preflight", "MAX_OUTPUT_TOKENS"),
+    ("trainer", "MAX_OUTPUT_TOKENS"),
+    ("env-server", "ENV_SERVER_SHUTDOWN_GRACE_S"),
 }
 ONLY_IN_CHART = {
     # cloudflared's metrics server is another pod's, not loopback.
@@ -43,6 +49,9 @@ ONLY_IN_CHART = {
     # images as root): HOME points into the pod's writable /tmp for caches, and USER keeps getpass (which
     # names torch's compile cache directory) from failing on that UID.
     *((s, n) for s in ("preflight", "engine", "env-server", "tunnel-check", "trainer") for n in ("HOME", "USER")),
+    ("preflight", "MAX_COMPLETION_TOKENS"),
+    ("trainer", "MAX_COMPLETION_TOKENS"),
+    ("env-server", "SHUTDOWN_GRACE_S"),
 }
 
 
@@ -96,13 +105,19 @@ def _without_host(value: str) -> str:
 
 @pytest.mark.parametrize("service", sorted(WHERE))
 def test_same_defaults(both, service):
-    """The chart's defaults are .env.example's: a setting means the same on both, URLs up to their host."""
+    """The chart's defaults are the settings tables' (the values compose passes, or the field's default where
+    it passes a name through): a setting means the same on both, URLs up to their host."""
     cfg, docs = both
     compose_env = cfg["services"][service].get("environment") or {}
     for var in _container(docs, *WHERE[service]).get("env", []):
         name = var["name"]
         if "value" not in var or name not in compose_env or name in TOPOLOGY:
             continue  # secrets and the run name come by reference
+        if not compose_env[name] and name in FIELDS:
+            # Passed through empty by compose: the service reads its field's default; the chart states it
+            # (or passes it empty too).
+            assert var["value"] == "" or states_default(FIELDS[name], var["value"]), f"{service}: {name}"
+            continue
         assert _without_host(var["value"]) == _without_host(compose_env[name] or ""), f"{service}: {name}"
 
 
@@ -122,7 +137,7 @@ def test_same_gpus(both):
     # Compose's preflight sees the whole host (`count: all`) and requires REQUIRED_GPUS of it; on the
     # cluster each GPU pod is its own host: the engine pod's preflight requires the engine's GPUs.
     assert _compose_gpus(cfg["services"]["preflight"]) == -1  # `count: all`, as compose config prints it
-    host_total = int(cfg["services"]["preflight"]["environment"]["REQUIRED_GPUS"])
+    host_total = int(effective(cfg["services"]["preflight"]["environment"], "REQUIRED_GPUS"))
     assert gpus["engine"] + gpus["trainer"] == host_total
     assert gpus["preflight"] == gpus["engine"]
     assert {gpus["env-server"], gpus["tunnel"], gpus["tunnel-check"]} == {0}

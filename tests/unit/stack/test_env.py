@@ -103,3 +103,35 @@ def test_engine_url_is_the_root_and_v1_is_added_in_one_place():
         "ENGINE_URL='http://127.0.0.1:8001/v1' ends in /v1: set the engine's root, e.g. http://127.0.0.1:8001 "
         "(/v1 is added where the OpenAI API is called)"
     )
+
+
+def test_a_declared_field_reads_with_its_own_type_bounds_and_fix():
+    from stack.env import Field, Table
+
+    steps = Field("STEPS", "integer", 200, "optimizer steps", fix="set a positive number of steps", minimum=1)
+    assert Env({}).get(steps) == 200 and Env({"STEPS": " 7 "}).get(steps) == 7
+    assert Env({}).get(steps, 5) == 5  # a derived default, passed by the reader
+    assert refused({"STEPS": "0"}, lambda r: r.get(steps)) == (
+        "STEPS='0' is below 1: set a positive number of steps (default 200)"
+    )
+    words = Field("SPLITS", "words", ("a",), "splits")
+    assert Env({"SPLITS": " x, ,y "}).get(words) == ("x", "y") and Env({"SPLITS": " "}).get(words) == ("a",)
+    phrase = Field("OPT_OUT", "phrase", "", "opt-out", fix="set it to exactly i-mean-it", choices=("i-mean-it",))
+    assert Env({"OPT_OUT": "i-mean-it"}).get(phrase) == "i-mean-it" and Env({}).get(phrase) == ""
+    assert refused({"OPT_OUT": "yes"}, lambda r: r.get(phrase)) == (
+        "OPT_OUT='yes' is not the opt-out phrase: set it to exactly i-mean-it"
+    )
+    table = Table(steps, Table(words))
+    assert [f.name for f in table] == ["STEPS", "SPLITS"] and "SPLITS" in table
+    with pytest.raises(ValueError, match="STEPS is declared twice"):
+        Table(steps, Field("STEPS", "integer", 1))
+    with pytest.raises(ValueError, match="unknown kind"):
+        Field("X", "float")
+
+
+def test_one_exception_lists_every_problem():
+    read = Env({"A": "x", "B": "y"}, collect=True)
+    read.integer("A", 1), read.number("B", 1.0)
+    with pytest.raises(EnvError) as info:
+        read.check()
+    assert info.value.problems == str(info.value).splitlines() and len(info.value.problems) == 2

@@ -7,22 +7,10 @@ processed logprobs cannot be proven (tests/unit/engine/test_probe_unproven.py gr
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-from pathlib import Path
-
 import pytest
 from engine_standin import MODEL, Engine
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def load_status():
-    loader = importlib.machinery.SourceFileLoader("status_script_engine", str(ROOT / "scripts/status"))
-    spec = importlib.util.spec_from_loader("status_script_engine", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+from stackstatus import report
 
 
 @pytest.fixture
@@ -33,7 +21,7 @@ def port():
 
 
 def test_unproven_logprobs_are_below_tokens_unless_the_engine_accepted_or_proved_the_model(port):
-    status = load_status()
+    status = report
     refused = status.engine_level(port)
     assert refused["capture_level"] == "below tokens"
     assert f"ENGINE_LOGPROBS_UNPROVEN_OK={MODEL}" in refused["detail"]
@@ -47,6 +35,6 @@ def test_unproven_logprobs_are_below_tokens_unless_the_engine_accepted_or_proved
 
 
 def test_status_reads_only_ports_and_the_accepted_model_from_a_containers_settings():
-    status = load_status()
+    status = report
     env = ["ENGINE_PORT=18000", "HF_TOKEN=hf_secret", f"ENGINE_LOGPROBS_UNPROVEN_OK={MODEL}", "WANDB_API_KEY=k"]
     assert status._shared_env(env) == {"ENGINE_PORT": "18000", "ENGINE_LOGPROBS_UNPROVEN_OK": MODEL}

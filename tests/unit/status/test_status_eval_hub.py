@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def load_status():
-    loader = importlib.machinery.SourceFileLoader("status_script", str(ROOT / "scripts/status"))
-    spec = importlib.util.spec_from_loader("status_script", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+from stackstatus import report
 
 
 def test_nothing_when_neither_is_configured():
-    assert load_status().eval_and_hub_lines({"state": "training"}) == []
+    assert report.eval_and_hub_lines({"state": "training"}) == []
 
 
 def test_baseline_to_latest_and_a_failed_push_with_its_fix():
@@ -48,7 +36,7 @@ def test_baseline_to_latest_and_a_failed_push_with_its_fix():
             "fix": "retry from the bucket: scripts/publish r1",
         },
     }
-    assert load_status().eval_and_hub_lines(doc) == [
+    assert report.eval_and_hub_lines(doc) == [
         "eval        baseline pass@1 12% [5%, 30%] (base m, 8/8 scored)  ->  latest pass@1 50% [30%, 70%] (step 50, 7/8 scored)",
         "hub         me/m: failed, pushed checkpoint-25  PUSH FAILED (attempt 5): final: HfHubHTTPError: 500; "
         "retry from the bucket: scripts/publish r1",

@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import time
-from pathlib import Path
 
 from stack import handoff
 from stack.facts import HANDOFF_FILE
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def load_status():
-    loader = importlib.machinery.SourceFileLoader("status_script", str(ROOT / "scripts/status"))
-    spec = importlib.util.spec_from_loader("status_script", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+from stackstatus import report
 
 
 def test_status_reports_an_expired_record_as_no_url(tmp_path, monkeypatch):
-    status = load_status()
+    status = report
     asked = []
     monkeypatch.setattr(status, "sh", lambda args, timeout=20: asked.append(args) or f"{tmp_path}\n")
     handoff.publish("https://a.example", "inst", "cloudflared-quick", 29.0, tmp_path)

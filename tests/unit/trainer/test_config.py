@@ -30,7 +30,7 @@ def test_every_bad_value_is_one_line_and_all_are_reported():
         )
     assert str(info.value).splitlines() == [
         "MAX_STEPS='lots' is not a whole number: set MAX_STEPS to an integer (default 200)",
-        "SANDBOX='modal' is not allowed: set SANDBOX to one of e2b, docker (default e2b)",
+        "SANDBOX='modal' is not allowed: set SANDBOX to one of: e2b (production, E2B's cloud), docker (local sandboxes on this host) (default e2b)",
         "EVAL_PASS_K=1,4 needs EVAL_ATTEMPTS >= 4 attempts per task (EVAL_ATTEMPTS=2): raise EVAL_ATTEMPTS or "
         "lower EVAL_PASS_K",
         "HUB_PRIVATE='?' is not a yes/no value: set HUB_PRIVATE to 1 or 0 (default 1)",

@@ -7,7 +7,7 @@ test (tests/integration/trainer/test_cpu_training.py) with a forced-forking mock
 
 import pytest
 
-from trainer.stop_rules import StopRules, StopRuleSettingError, from_env
+from trainer.stop_rules import EnvError, StopRules, from_env
 
 HEALTHY = {"rollout/fork_frac": 0.0, "harbor/unscorable_frac": 0.0, "harbor/zero_spread_frac": 0.5}
 
@@ -83,11 +83,14 @@ def test_off_disables_a_rule():
         ({"STOP_FORKING_FRAC": "50%"}, "STOP_FORKING_FRAC='50%' must be a fraction in (0, 1] (default 0.5) or 'off'"),
         ({"STOP_UNSCORABLE_FRAC": "0"}, "STOP_UNSCORABLE_FRAC='0' must be a fraction in (0, 1]"),
         ({"STOP_ZERO_SPREAD_FRAC": "1.5"}, "STOP_ZERO_SPREAD_FRAC='1.5' must be a fraction in (0, 1]"),
-        ({"STOP_WINDOW_STEPS": "0"}, "STOP_WINDOW_STEPS='0' must be a whole number of steps >= 1 (default 5)"),
-        ({"STOP_WINDOW_STEPS": "2.5"}, "STOP_WINDOW_STEPS='2.5' must be a whole number of steps >= 1"),
+        (
+            {"STOP_WINDOW_STEPS": "0"},
+            "STOP_WINDOW_STEPS='0' is below 1: set it in .env to a whole number of steps >= 1",
+        ),
+        ({"STOP_WINDOW_STEPS": "2.5"}, "STOP_WINDOW_STEPS='2.5' is not a whole number: set it in .env to a whole"),
     ],
 )
 def test_bad_settings_are_refused_with_the_fix(env, message):
-    with pytest.raises(StopRuleSettingError) as exc:
+    with pytest.raises(EnvError) as exc:
         from_env(env)
     assert str(exc.value).startswith(message)

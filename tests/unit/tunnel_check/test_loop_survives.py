@@ -1,8 +1,8 @@
 """tunnel-check never dies from one bad iteration, and refuses a URL it could never check at start.
 
-Measured on main before this: a DIRECT_URL with a bad port made httpx raise InvalidURL inside the
-loop; the exception ended the process, the env server withdrew the URL within its bound, and every
-rollout was refused with nothing left to bring the check back.
+Why: a DIRECT_URL with a bad port makes httpx raise InvalidURL inside the loop; an exception that ended
+the process would leave the env server withdrawing the URL within its bound, and every rollout refused
+with nothing left to bring the check back.
 """
 
 import logging
@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from stack import handoff
+from stack.env import EnvError
 from tunnel_check import monitor as monitor_mod
 from tunnel_check import probe, settings
 from tunnel_check.monitor import CHECK_CRASHED, Monitor
@@ -122,7 +123,7 @@ def test_run_keeps_looping_through_crashes_until_stopped(tmp_path, monkeypatch):
     ],
 )
 def test_urls_are_refused_at_start_in_one_line(env, fix):
-    with pytest.raises(settings.ConfigError) as err:
+    with pytest.raises(EnvError) as err:
         settings.load({"TUNNEL_METRICS_PORT": "20241", **env})
     assert fix in str(err.value) and "\n" not in str(err.value)
 

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from stack import handoff
+from stack.env import EnvError
 from stack.facts import HANDOFF_FILE
 from tunnel_check import health, settings
 
@@ -26,7 +27,10 @@ def test_bounds_are_interval_times_failures_plus_timeout():
 @pytest.mark.parametrize(
     "env, fix",
     [
-        ({"TUNNEL_PROVIDER": "ngrok"}, "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to cloudflared"),
+        (
+            {"TUNNEL_PROVIDER": "ngrok"},
+            "TUNNEL_PROVIDER='ngrok' is not allowed: set TUNNEL_PROVIDER to one of: cloudflared",
+        ),
         ({"TUNNEL_PROVIDER": "direct"}, "needs DIRECT_URL"),
         ({"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "172.17.0.1:8100"}, "with its scheme"),
         ({"TUNNEL_NAMED": "1"}, "set TUNNEL_HOSTNAME"),
@@ -40,7 +44,7 @@ def test_bounds_are_interval_times_failures_plus_timeout():
     ],
 )
 def test_bad_settings_are_one_line_naming_the_fix(env, fix):
-    with pytest.raises(settings.ConfigError) as err:
+    with pytest.raises(EnvError) as err:
         load(**env)
     assert fix in str(err.value) and "\n" not in str(err.value)
 

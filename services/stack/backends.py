@@ -1,0 +1,152 @@
+"""Sandbox backends (SANDBOX) and tunnel providers (TUNNEL_PROVIDER) as tables: what each one needs.
+
+A new backend or provider is one entry here plus the module that holds its code (a reaper, a discovery
+method); preflight, env-server and tunnel-check ask the entry, never compare the name. An unknown name is
+one line that lists the known ones (the SANDBOX and TUNNEL_PROVIDER fields take their choices from here).
+
+Code is named by "module:function" and imported only by the service that runs it, so this stays stdlib
+only and the trainer image never imports e2b or openenv to read a name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from .env import Env, Field
+
+E2B_API_KEY = Field("E2B_API_KEY", "text", "", "E2B API key (env server and preflight only)", secret=True)
+
+
+@dataclass(frozen=True)
+class SandboxBackend:
+    name: str
+    summary: str  # what it is, for the line that lists the choices
+    # Variables that must be set, each with where to get it: preflight and env-server refuse with the same line.
+    credentials: tuple[tuple[Field, str], ...] = ()
+    # Sandboxes run on this host's Docker daemon: needs the socket, takes local task folders only, shares the
+    # trials folder with the host, pre-builds task images, and is refused on Kubernetes.
+    host_docker: bool = False
+    # "module:function", (prefix) -> (count, problems): removes the sandboxes an earlier run left.
+    reaper: str = ""
+
+    def credentials_set(self, read: Env) -> tuple[str, ...]:
+        """The names of this backend's credentials that are set (never their values)."""
+        return tuple(field.name for field, _ in self.credentials if read.get(field))
+
+    def missing_credentials(self, present: Collection[str]) -> str | None:
+        """The one line naming the first credential not in `present`, else None."""
+        for field, where in self.credentials:
+            if field.name not in present:
+                return f"SANDBOX={self.name} needs {field.name}: {where}, or use {SANDBOXES.others(self.name)}"
+        return None
+
+
+@dataclass(frozen=True)
+class TunnelProvider:
+    name: str
+    summary: str
+    # The compose profile that starts this provider's container ("": nothing to start).
+    compose_profile: str = ""
+    # tunnel_check.discover.Discovery's method that finds the public URL.
+    discovery: str = ""
+
+
+class Registry:
+    """Entries by name, in the order they are offered; `get` refuses an unknown name in one line."""
+
+    def __init__(self, variable: str, what: str, *entries, aliases: Mapping[str, str] | None = None):
+        self.variable, self.what = variable, what
+        self.entries = {entry.name: entry for entry in entries}
+        self.aliases = dict(aliases or {})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.entries)
+
+    @property
+    def fix(self) -> str:
+        return f"set {self.variable} to one of: " + ", ".join(f"{e.name} ({e.summary})" for e in self.entries.values())
+
+    def others(self, name: str) -> str:
+        """`SANDBOX=docker` (or `SANDBOX=a or SANDBOX=b`): what else the operator could set."""
+        return " or ".join(f"{self.variable}={n}" for n in self.entries if n != name)
+
+    def get(self, name: str):
+        name = self.aliases.get(name, name)
+        if name not in self.entries:
+            from .env import EnvError
+
+            raise EnvError(f"{self.variable}={name!r} is not a known {self.what}: {self.fix}")
+        return self.entries[name]
+
+    def __iter__(self):
+        return iter(self.entries.values())
+
+
+def load(target: str) -> Callable:
+    """The function a "module:function" entry names (imported on first use, by the service that runs it)."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+SANDBOXES = Registry(
+    "SANDBOX",
+    "sandbox backend",
+    SandboxBackend(
+        "e2b",
+        "production, E2B's cloud",
+        credentials=((E2B_API_KEY, "put your key in .env (E2B_API_KEY=e2b_..., from your E2B dashboard)"),),
+        reaper="env_server.sandboxes:reap_e2b",
+    ),
+    SandboxBackend(
+        "docker", "local sandboxes on this host", host_docker=True, reaper="env_server.sandboxes:reap_docker"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class WeightTransfer:
+    name: str
+    summary: str
+    # The module the trainer image must carry (preflight checks it is importable), and what to do if not.
+    requires: str
+    missing: str
+    # "module:Class", built with the engine URL; "": TRL's AsyncGRPOTrainer builds its own NCCL client.
+    client: str = ""
+
+
+WEIGHT_TRANSFERS = Registry(
+    "WEIGHT_TRANSFER",
+    "weight transfer",
+    WeightTransfer(
+        "nccl",
+        "vLLM's NCCL weight transfer, GPU",
+        requires="vllm",
+        missing="build the trainer image FROM the vLLM image; the CPU form sets WEIGHT_TRANSFER=mock",
+    ),
+    # Named, not imported: the GPU trainer image does not carry the CPU form's mock engine.
+    WeightTransfer(
+        "mock",
+        "the mock engine's HTTP backend, the CPU form",
+        requires="mock_engine.weight_client",
+        missing="the CPU trainer image is built FROM the mock-engine image; on GPU use WEIGHT_TRANSFER=nccl",
+        client="mock_engine.weight_client:MockWeightTransfer",
+    ),
+)
+
+TUNNEL_PROVIDERS = Registry(
+    "TUNNEL_PROVIDER",
+    "tunnel provider",
+    TunnelProvider(
+        "cloudflared",
+        "a quick tunnel, or a named one with TUNNEL_TOKEN + TUNNEL_HOSTNAME",
+        compose_profile="cloudflared",
+        discovery="cloudflared",
+    ),
+    TunnelProvider("gradio", "OpenEnv's share link", discovery="gradio"),
+    TunnelProvider("direct", "DIRECT_URL the sandbox can already route to", discovery="direct"),
+    # OpenEnv's make_forwarder spells cloudflared this way; accepted, recorded under our spelling.
+    aliases={"cloudflare": "cloudflared"},
+)

@@ -1,0 +1,164 @@
+"""The settings more than one service reads, each declared once: name, type, bounds, default, doc, fix.
+
+A service's own table (trainer/config.py, env_server/settings.py, tunnel_check/settings.py,
+engine/command.py, guards/checks.py, ...) includes the ones it reads from here, so preflight and the
+service refuse a value with the same line. Standard library only, like the rest of `stack`.
+"""
+
+from __future__ import annotations
+
+from .backends import E2B_API_KEY, SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
+from .endpoints import ENGINE_URL
+from .env import Field, Table
+from .facts import (
+    AGENT_INSTALLS,
+    BUCKET_DIR,
+    BUCKET_OPT_OUT_PHRASE,
+    DEFAULT_DATASET,
+    DEFAULT_PORTS,
+    DEFAULT_STEP_LIMIT,
+    HANDOFF_DIR,
+    LOOPBACK_HOSTS,
+)
+
+MODEL = Field(
+    "MODEL",
+    "text",
+    "Qwen/Qwen3-1.7B",
+    "Hugging Face model id (or a path under the bucket) served by the engine and trained by the trainer",
+)
+DATASETS = Field(
+    "DATASETS",
+    "words",
+    (DEFAULT_DATASET,),
+    "comma-separated task datasets: Hub ids, Harbor name@version, or folders inside the env server",
+)
+EVAL_DATASETS = Field("EVAL_DATASETS", "words", (), "held-out datasets, served too, never trained on")
+# The choices, and the line that lists them, come from the registries (stack/backends.py).
+SANDBOX = Field("SANDBOX", "choice", "e2b", "where rollouts run", fix=SANDBOXES.fix, choices=SANDBOXES.names)
+TUNNEL_PROVIDER = Field(
+    "TUNNEL_PROVIDER",
+    "choice",
+    "cloudflared",
+    "how the capture proxy is published",
+    fix=TUNNEL_PROVIDERS.fix,
+    choices=TUNNEL_PROVIDERS.names,
+    aliases=TUNNEL_PROVIDERS.aliases,
+)
+DIRECT_URL = Field(
+    "DIRECT_URL",
+    "url",
+    "",
+    "TUNNEL_PROVIDER=direct: the capture proxy's URL as a sandbox reaches it",
+    fix="set DIRECT_URL with its scheme, e.g. http://172.17.0.1:8100 (https:// for E2B sandboxes)",
+)
+CAPTURE_HOST = Field("CAPTURE_HOST", "text", "127.0.0.1", "address the capture proxy binds; never a wildcard")
+ENGINE_HOST = Field(
+    "ENGINE_HOST",
+    "choice",
+    "127.0.0.1",
+    "address the engine binds (loopback under compose)",
+    fix="the engine is on the host network and must bind 127.0.0.1 (only the capture proxy is public); "
+    "set ENGINE_HOST=127.0.0.1",
+    choices=LOOPBACK_HOSTS,
+)
+ENGINE_PORT = Field("ENGINE_PORT", "port", DEFAULT_PORTS["ENGINE_PORT"], "the engine's OpenAI server")
+ENV_SERVER_PORT = Field("ENV_SERVER_PORT", "port", DEFAULT_PORTS["ENV_SERVER_PORT"], "the env server's Task API")
+CAPTURE_PORT = Field("CAPTURE_PORT", "port", DEFAULT_PORTS["CAPTURE_PORT"], "the capture proxy (the public port)")
+TUNNEL_METRICS_PORT = Field(
+    "TUNNEL_METRICS_PORT", "port", DEFAULT_PORTS["TUNNEL_METRICS_PORT"], "cloudflared's metrics server"
+)
+TUNNEL_LOG = Field("TUNNEL_LOG", "text", "", "cloudflared's --logfile (quick tunnel URL discovery)")
+ENV_SERVER_URL = Field("ENV_SERVER_URL", "url", "http://127.0.0.1:8000", "the env server's Task API")
+PORTS = Table(ENGINE_PORT, ENV_SERVER_PORT, CAPTURE_PORT, TUNNEL_METRICS_PORT)
+MAX_INFLIGHT_ROLLOUTS = Field(
+    "MAX_INFLIGHT_ROLLOUTS", "integer", 8, "rollouts in flight at once (each is one sandbox)", minimum=1
+)
+MAX_OUTPUT_TOKENS = Field(
+    "MAX_OUTPUT_TOKENS",
+    "integer",
+    4096,
+    "longest completion per model call, enforced by the capture proxy and trained at that length",
+    minimum=1,
+)
+ENGINE_MAX_MODEL_LEN = Field(
+    "ENGINE_MAX_MODEL_LEN", "integer", 32768, "longest prompt + completion the engine accepts", minimum=1
+)
+AGENT_STEP_LIMIT = Field(
+    "AGENT_STEP_LIMIT",
+    "integer",
+    DEFAULT_STEP_LIMIT,
+    "model calls per rollout; always on (a chained rollout's memory grows with its turns)",
+    fix="set a positive number of model calls; 0 or less would leave rollouts unbounded (a chained "
+    "rollout's packed length, and the trainer's memory, grows with every turn: 58-turn rollouts ran an "
+    "80 GiB card out of memory)",
+    minimum=1,
+)
+AGENT_INSTALL = Field(
+    "AGENT_INSTALL", "choice", "online", "how mini-swe-agent gets into a sandbox", choices=AGENT_INSTALLS
+)
+WEIGHT_TRANSFER = Field(
+    "WEIGHT_TRANSFER",
+    "choice",
+    "nccl",
+    "how new weights reach the engine after each step",
+    fix=WEIGHT_TRANSFERS.fix,
+    choices=WEIGHT_TRANSFERS.names,
+)
+BUCKET_DIR = Field("BUCKET_DIR", "path", BUCKET_DIR, "the bucket inside the containers")
+BUCKET_NOT_A_MOUNT_OK = Field(
+    "BUCKET_NOT_A_MOUNT_OK",
+    "phrase",
+    "",
+    "the opt-out for training into a bucket folder that is not a real mount",
+    fix=f"set it to exactly {BUCKET_OPT_OUT_PHRASE} (or leave it empty and mount the bucket at BUCKET_PATH)",
+    choices=(BUCKET_OPT_OUT_PHRASE,),
+)
+HANDOFF_DIR = Field("HANDOFF_DIR", "path", HANDOFF_DIR, "the tunnel hand-off volume")
+RUN_NAME = Field("RUN_NAME", "text", "", "empty: a fresh name; set: resume that run")
+CHECKPOINT_ROOT = Field("CHECKPOINT_ROOT", "path", "", "where runs are saved; empty: <bucket>/checkpoints")
+TRAIN_SCRIPT = Field("TRAIN_SCRIPT", "text", "", "training-script override: a path or an http(s) URL")
+HF_HOME = Field("HF_HOME", "text", "", "the Hugging Face cache; on the bucket")
+REPORT_TO_CHOICES = ("trackio", "tensorboard", "wandb", "none")
+REPORT_TO = Field("REPORT_TO", "choice", "trackio", "where metrics go", choices=REPORT_TO_CHOICES)
+STACK_NAME = Field("STACK_NAME", "text", "", "names this stack's sandboxes; empty: the compose project")
+DEPLOYMENT = Field(
+    "DEPLOYMENT",
+    "choice",
+    "compose",
+    "where the stack runs (stack/deployment.py)",
+    fix="use compose (the default, docker compose) or kubernetes (set by the Helm chart in deploy/helm)",
+    choices=("compose", "kubernetes"),
+)
+
+SHARED = Table(
+    MODEL,
+    DATASETS,
+    EVAL_DATASETS,
+    SANDBOX,
+    E2B_API_KEY,
+    TUNNEL_PROVIDER,
+    DIRECT_URL,
+    CAPTURE_HOST,
+    ENGINE_HOST,
+    PORTS,
+    TUNNEL_LOG,
+    ENGINE_URL,
+    ENV_SERVER_URL,
+    MAX_INFLIGHT_ROLLOUTS,
+    MAX_OUTPUT_TOKENS,
+    ENGINE_MAX_MODEL_LEN,
+    AGENT_STEP_LIMIT,
+    AGENT_INSTALL,
+    WEIGHT_TRANSFER,
+    BUCKET_DIR,
+    BUCKET_NOT_A_MOUNT_OK,
+    HANDOFF_DIR,
+    RUN_NAME,
+    CHECKPOINT_ROOT,
+    TRAIN_SCRIPT,
+    HF_HOME,
+    REPORT_TO,
+    STACK_NAME,
+    DEPLOYMENT,
+)
