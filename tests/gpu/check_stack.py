@@ -296,7 +296,7 @@ def main() -> int:
             # would leave the engine's logprobs unchanged. 5e-4 collapsed the random model to one token by step 2
             # (every sampled logprob 0.0, which the trainer then masks as zero-filled): 2e-5 sits between.
             "LEARNING_RATE": "2e-5",
-            "MAX_COMPLETION_TOKENS": "128",
+            "MAX_OUTPUT_TOKENS": "128",
             "AGENT_STEP_LIMIT": "3",
             "ENGINE_MAX_MODEL_LEN": "8192",
             "REPORT_TO": "tensorboard",

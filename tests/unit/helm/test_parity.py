@@ -36,11 +36,6 @@ ONLY_IN_COMPOSE = {
     # from a Secret at pod start, unknown at render time, so there the trainer's own check refuses
     # REPORT_TO=wandb without it (the same line, one pod later).
     ("preflight", "WANDB_API_KEY_SET"),
-    # The services read the operator's own names; the chart's templates still pass these two under the
-    # inner names the services do not read (the chart is changed with deploy/helm's own work).
-    ("preflight", "MAX_OUTPUT_TOKENS"),
-    ("trainer", "MAX_OUTPUT_TOKENS"),
-    ("env-server", "ENV_SERVER_SHUTDOWN_GRACE_S"),
 }
 ONLY_IN_CHART = {
     # cloudflared's metrics server is another pod's, not loopback.
@@ -49,9 +44,6 @@ ONLY_IN_CHART = {
     # images as root): HOME points into the pod's writable /tmp for caches, and USER keeps getpass (which
     # names torch's compile cache directory) from failing on that UID.
     *((s, n) for s in ("preflight", "engine", "env-server", "tunnel-check", "trainer") for n in ("HOME", "USER")),
-    ("preflight", "MAX_COMPLETION_TOKENS"),
-    ("trainer", "MAX_COMPLETION_TOKENS"),
-    ("env-server", "SHUTDOWN_GRACE_S"),
 }
 
 

@@ -84,8 +84,11 @@ def scan(tmp_path_factory) -> dict[str, dict[str, set[str]]]:
     for name, docs in {**_renders(), "weakened": _weakened()}.items():
         (folder / f"{name}.yaml").write_text(yaml.safe_dump_all(docs))
     out = subprocess.run(
-        [str(CHECKOV), "-d", str(folder), "--framework", "kubernetes", "--quiet", "--compact"]
+        # "-d ." from inside the folder: checkov 3.3.30 skips every file under a hidden folder of an absolute
+        # -d path, and scripts/test's TMPDIR is <repo>/.run/tmp (measured: 0 resources scanned).
+        [str(CHECKOV), "-d", ".", "--framework", "kubernetes", "--quiet", "--compact"]
         + ["-o", "json", "--skip-download"],
+        cwd=folder,
         capture_output=True,
         text=True,
         check=False,

@@ -165,7 +165,7 @@ trainer's own reader), the trainer gets both. `.gpus`: the GPUs this pod must se
   value: "http://{{ $name }}-engine:{{ $c.ENGINE_PORT }}"
 - name: ENV_SERVER_URL
   value: "http://{{ $name }}-env-server:{{ $c.ENV_SERVER_PORT }}"
-- name: MAX_COMPLETION_TOKENS
+- name: MAX_OUTPUT_TOKENS
   value: {{ $c.MAX_OUTPUT_TOKENS | toString | quote }}
 {{- end -}}
 
@@ -410,7 +410,7 @@ resources:
   value: /var/lib/asyncgrpo-harbor/trials
 - name: HANDOFF_DIR
   value: /handoff
-- name: SHUTDOWN_GRACE_S
+- name: ENV_SERVER_SHUTDOWN_GRACE_S
   value: {{ $c.ENV_SERVER_SHUTDOWN_GRACE_S | toString | quote }}
 - name: WHEELHOUSE_DIR
   value: /wheelhouse
