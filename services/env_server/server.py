@@ -74,6 +74,7 @@ def build_app(service: Any, settings: Settings, llm: dict[str, Any], inflight: A
             "public_front": {
                 "refused": dict(service.front.refused),
                 "fields_dropped": dict(service.front.fields_dropped),
+                "output_capped": dict(service.front.output_capped),
             },
         }
 
@@ -216,6 +217,11 @@ def main() -> None:
         "          public: GET /health (instance only), POST /v1/chat/completions (live session key); "
         f"bodies <= {settings.capture_max_body_mb} MB (CAPTURE_MAX_BODY_MB), {settings.capture_max_concurrent} "
         "model calls at once (CAPTURE_MAX_CONCURRENT); engine parameter fixes frozen"
+    )
+    lines.append(
+        f"          headers within {service.header_timeout_s:.0f} s, bodies within {service.front.body_timeout_s:.0f} s, "
+        f"{service.max_connections} connections (longest-waiting shed first); output <= "
+        f"{settings.max_output_tokens or 'unbounded'} tokens per turn (MAX_OUTPUT_TOKENS)"
     )
     if settings.capture_host not in LOOPBACK_HOSTS:
         lines.append(
