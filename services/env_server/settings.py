@@ -23,6 +23,8 @@ from stack.facts import (
     TUNNEL_PROVIDERS,
 )
 
+from .task_env import allow_list
+
 # Addresses that mean "every interface": the capture proxy is the one public surface and must be bound
 # to one interface on purpose (loopback behind a tunnel, or the address the sandboxes route to).
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*", "")
@@ -114,7 +116,8 @@ class Settings:
                 "where each sandbox's session key would travel in clear text: put TLS in front of the capture "
                 "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
             )
-        task_env_allow = tuple(v.strip() for v in read.text("TASK_ENV_ALLOW").split(",") if v.strip())
+        # The raw value: the reader strips, and a line break inside is one of the refusals.
+        task_env_allow = allow_list(read.env.get("TASK_ENV_ALLOW") or "")
         remote_ok = read.text("SANDBOX_DOCKER_REMOTE_TASKS_OK")
         if remote_ok and remote_ok != REMOTE_TASKS_OK_PHRASE:
             raise ConfigError(
