@@ -168,6 +168,12 @@ def main() -> None:
     sandboxes.install_prefix(prefix)
     lines.append(f"stack     sandboxes are named {prefix}-<task>-<id> (STACK_NAME)")
     lines.append(sandboxes.reap(settings.sandbox, prefix))
+    from . import leftovers, trials
+
+    lines.append(leftovers.reap(settings.sandbox, prefix, settings.trials_dir))
+    retention = trials.Retention(settings.trials_dir, prefix, settings.trials_keep, settings.trials_max_gb, say)
+    retention.prune()
+    lines.append(retention.describe())
     if settings.sandbox == "docker":
         from . import sandbox_stop
 
@@ -190,7 +196,7 @@ def main() -> None:
     from openenv.harbor.serving import HarborService
 
     from .capture import LoopbackHarborService
-    from .rollouts import Inflight
+    from .rollouts import GatedHarborEnvironment, Inflight
 
     service = LoopbackHarborService(
         capture_host=settings.capture_host,
@@ -237,6 +243,7 @@ def main() -> None:
 
     inflight = Inflight()
     app = build_app(service, settings, engine.report, inflight)
+    GatedHarborEnvironment.after_rollout = retention.prune_soon
 
     # OpenEnv's own report (Harbor's preflight for the sandbox, datasets, validated harnesses), then ours.
     caps = capabilities(datasets=list(settings.datasets), llm=engine.report, sandboxes=(settings.sandbox,))

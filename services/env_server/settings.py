@@ -55,6 +55,9 @@ class Settings:
     agent_install: str = "online"
     wheelhouse_dir: str = "/wheelhouse"
     trials_dir: str = "/var/lib/asyncgrpo-harbor/trials"
+    # Finished trial folders kept (trials.py): the newest this many, within this many GB (0: no size cap).
+    trials_keep: int = 1000
+    trials_max_gb: float = 10.0
     handoff_dir: str = HANDOFF_DIR
     # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL.
     shutdown_grace_s: float = 75.0
@@ -143,6 +146,8 @@ class Settings:
             agent_install=agent_install,
             wheelhouse_dir=read.path("WHEELHOUSE_DIR", "/wheelhouse"),
             trials_dir=read.path("TRIALS_DIR", "/var/lib/asyncgrpo-harbor/trials"),
+            trials_keep=read.integer("TRIALS_KEEP", 1000, minimum=1, maximum=1_000_000),
+            trials_max_gb=read.number("TRIALS_MAX_GB", 10.0, minimum=0, maximum=100_000),
             handoff_dir=read.path("HANDOFF_DIR", HANDOFF_DIR),
             shutdown_grace_s=read.number("SHUTDOWN_GRACE_S", 75.0, minimum=0),
             capture_max_body_mb=read.integer("CAPTURE_MAX_BODY_MB", 8, minimum=1),
