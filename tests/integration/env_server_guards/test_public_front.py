@@ -65,7 +65,7 @@ class Proxy:
             text=True,
             env=env,
         )
-        for _ in range(600):  # 60 s
+        for _ in range(3000):  # 300 s: importing OpenEnv on a loaded 2-core machine took over 60
             first = self.log().partition("\n")[0]
             if first.startswith("serving") or self.proc.poll() is not None:
                 break
