@@ -10,8 +10,9 @@ admin key, the upstream pool) is OpenEnv's own:
    boot. Here `public_url` is read from the tunnel hand-off each time a rollout starts, so a new
    quick-tunnel URL reaches the next sandbox without a restart, and no URL means no rollout.
 3. The public surface. The app is served behind `front.PublicFront` (route allow-list, key before body,
-   body cap, concurrency ceiling, a health document that shows only the instance), and its engine
-   clients learn no parameter fixes from live traffic (`frozen_fixes.py`).
+   body cap and deadline, concurrency ceiling, a health document that shows only the instance, the
+   per-turn output bound), on uvicorn's h11 protocol with a header deadline and a connection ceiling
+   (`conn_guard.py`), and its engine clients learn no parameter fixes from live traffic (`frozen_fixes.py`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from stack import handoff
 
 from . import frozen_fixes
 from .checks import engine_reachable
-from .front import PublicFront
+from .conn_guard import HEADER_TIMEOUT_S, MAX_HEADER_BYTES, guarded_protocol
+from .front import BODY_TIMEOUT_S, PublicFront
 
 # The URL a rollout was admitted with. OpenEnv reads `service.public_url` again when it builds the
 # trial; pinning it per rollout means a URL withdrawn in between cannot turn into an empty one.
@@ -68,6 +70,9 @@ class LoopbackHarborService(HarborService):
         handoff_dir: str,
         max_body_bytes: int = 8 * 1024 * 1024,
         max_concurrent: int = 64,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+        max_connections: int | None = None,
         **kwargs: Any,
     ) -> None:
         # Before OpenEnv's service creates the capture app: the app builds its engine clients then.
@@ -88,7 +93,13 @@ class LoopbackHarborService(HarborService):
             admin_key=self.admin_key,
             max_body_bytes=max_body_bytes,
             max_concurrent=max_concurrent,
+            max_output_tokens=kwargs.get("max_output_tokens"),
+            body_timeout_s=body_timeout_s,
         )
+        self.header_timeout_s = header_timeout_s
+        # Room for every model call in flight, their keep-alives, /health checks and the tunnel's pool
+        # (measured: a burst of 200 unauthenticated calls and a rollout's, all answered, under 256).
+        self.max_connections = max_connections or max(256, 4 * max_concurrent)
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -129,7 +140,23 @@ class LoopbackHarborService(HarborService):
                     f"capture proxy cannot bind {self.capture_host}:{self.port} ({exc.strerror}): stop "
                     "whatever holds that port, or change CAPTURE_PORT / CAPTURE_HOST in .env"
                 ) from None
-        config = uvicorn.Config(self.front, host=self.capture_host, port=self.port, log_level="warning")
+        config = uvicorn.Config(
+            self.front,
+            host=self.capture_host,
+            port=self.port,
+            log_level="warning",
+            http=guarded_protocol(
+                header_timeout_s=self.header_timeout_s,
+                max_connections=self.max_connections,
+                refused=self.front.refused,
+            ),
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            # uvicorn's own idle timeout between requests (its default, stated).
+            timeout_keep_alive=5,
+            # A backstop on requests being served at once (uvicorn answers 503 past it); the ceiling
+            # that sheds slow connections is conn_guard's, which lets complete requests through.
+            limit_concurrency=self.max_connections + 16,
+        )
         self._server = uvicorn.Server(config)
         # Off the main thread uvicorn installs no signal handlers: the Task API server owns SIGTERM
         # and stops this one after the in-flight sandboxes are closed.

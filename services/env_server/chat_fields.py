@@ -38,3 +38,31 @@ def clean_chat(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(the body with only ALLOWED fields, the names dropped)."""
     kept = {k: v for k, v in body.items() if k in ALLOWED}
     return kept, sorted(k for k in body if k not in ALLOWED)
+
+
+# The output-length fields an OpenAI chat call may carry (OpenEnv's clamp also knows `max_output_tokens`,
+# which ALLOWED drops).
+OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+def cap_output(body: dict[str, Any], bound: int | None) -> list[str]:
+    """Hold every output-length field to the run's per-turn bound (MAX_OUTPUT_TOKENS, the trainer's
+    MAX_COMPLETION_TOKENS), whatever the agent asked; returns the fields changed.
+
+    OpenEnv 0.10.0 clamps too (`capture.server.clamp_output_tokens`), but only values that are `int`: a
+    float (`1e9`) or a string (`"100000"`) passed it unchanged, and vLLM's request model coerces both to
+    an integer, so one turn could run to the end of the context. Here anything but a whole number in
+    1..bound becomes the bound, and a call that names no length gets it."""
+    if not bound:
+        return []
+    changed = []
+    for key in OUTPUT_FIELDS:
+        if key not in body:
+            continue
+        value = body[key]
+        if type(value) is not int or not 1 <= value <= bound:
+            body[key] = bound
+            changed.append(key)
+    if not any(key in body for key in OUTPUT_FIELDS):
+        body["max_tokens"] = bound
+    return changed

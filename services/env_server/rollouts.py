@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from openenv.harbor.environment import HarborEnvironment
@@ -81,6 +82,8 @@ class GatedHarborEnvironment(HarborEnvironment):
     engine_url: ClassVar[str] = ""
     engine_model: ClassVar[str] = ""
     handoff_dir: ClassVar[str] = HANDOFF_DIR
+    # Called as each admitted rollout ends (trials.Retention.prune_soon: the trial folders' bound).
+    after_rollout: ClassVar[Callable[[], None] | None] = None
 
     @classmethod
     def configure_stack(cls, settings: Any, *, model: str, llm: dict[str, Any], inflight: Inflight) -> None:
@@ -176,3 +179,5 @@ class GatedHarborEnvironment(HarborEnvironment):
                 )
         finally:
             pinned_url.reset(token)
+            if cls.after_rollout is not None:
+                cls.after_rollout()

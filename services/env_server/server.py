@@ -75,6 +75,7 @@ def build_app(service: Any, settings: Settings, llm: dict[str, Any], inflight: A
             "public_front": {
                 "refused": dict(service.front.refused),
                 "fields_dropped": dict(service.front.fields_dropped),
+                "output_capped": dict(service.front.output_capped),
             },
         }
 
@@ -168,6 +169,12 @@ def main() -> None:
     sandboxes.install_prefix(prefix)
     lines.append(f"stack     sandboxes are named {prefix}-<task>-<id> (STACK_NAME)")
     lines.append(sandboxes.reap(settings.sandbox, prefix))
+    from . import leftovers, trials
+
+    lines.append(leftovers.reap(settings.sandbox, prefix, settings.trials_dir))
+    retention = trials.Retention(settings.trials_dir, prefix, settings.trials_keep, settings.trials_max_gb, say)
+    retention.prune()
+    lines.append(retention.describe())
     if SANDBOXES.get(settings.sandbox).host_docker:
         from . import sandbox_stop
 
@@ -190,7 +197,7 @@ def main() -> None:
     from openenv.harbor.serving import HarborService
 
     from .capture import LoopbackHarborService
-    from .rollouts import Inflight
+    from .rollouts import GatedHarborEnvironment, Inflight
 
     service = LoopbackHarborService(
         capture_host=settings.capture_host,
@@ -218,6 +225,11 @@ def main() -> None:
         f"bodies <= {settings.capture_max_body_mb} MB (CAPTURE_MAX_BODY_MB), {settings.capture_max_concurrent} "
         "model calls at once (CAPTURE_MAX_CONCURRENT); engine parameter fixes frozen"
     )
+    lines.append(
+        f"          headers within {service.header_timeout_s:.0f} s, bodies within {service.front.body_timeout_s:.0f} s, "
+        f"{service.max_connections} connections (longest-waiting shed first); output <= "
+        f"{settings.max_output_tokens or 'unbounded'} tokens per turn (MAX_OUTPUT_TOKENS)"
+    )
     if settings.capture_host not in LOOPBACK_HOSTS:
         lines.append(
             f"          CAPTURE_HOST={settings.capture_host}: the proxy is reachable beyond loopback on purpose"
@@ -232,6 +244,7 @@ def main() -> None:
 
     inflight = Inflight()
     app = build_app(service, settings, engine.report, inflight)
+    GatedHarborEnvironment.after_rollout = retention.prune_soon
 
     # OpenEnv's own report (Harbor's preflight for the sandbox, datasets, validated harnesses), then ours.
     caps = capabilities(datasets=list(settings.datasets), llm=engine.report, sandboxes=(settings.sandbox,))

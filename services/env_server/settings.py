@@ -14,6 +14,8 @@ from stack.backends import SANDBOXES
 from stack.endpoints import read_engine_url
 from stack.env import Env, EnvError, Field, Table
 
+from .task_env import allow_list
+
 # Addresses that mean "every interface": the capture proxy is the one public surface and must be bound
 # to one interface on purpose (loopback behind a tunnel, or the address the sandboxes route to).
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*", "")
@@ -54,6 +56,15 @@ FIELDS = Table(
     F.AGENT_INSTALL,
     Field("WHEELHOUSE_DIR", "path", "/wheelhouse", "AGENT_INSTALL=wheelhouse: the wheels' folder in the container"),
     Field("TRIALS_DIR", "path", "/var/lib/asyncgrpo-harbor/trials", "Harbor trial folders (same path on the host)"),
+    Field("TRIALS_KEEP", "integer", 1000, "finished trial folders kept (the newest)", minimum=1, maximum=1_000_000),
+    Field(
+        "TRIALS_MAX_GB",
+        "number",
+        10.0,
+        "finished trial folders kept within this many GB; 0: no size cap",
+        minimum=0,
+        maximum=100_000,
+    ),
     F.HANDOFF_DIR,
     # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL.
     Field(
@@ -104,6 +115,9 @@ class Settings:
     agent_install: str = _d("AGENT_INSTALL")
     wheelhouse_dir: str = _d("WHEELHOUSE_DIR")
     trials_dir: str = _d("TRIALS_DIR")
+    # Finished trial folders kept (trials.py): the newest this many, within this many GB (0: no size cap).
+    trials_keep: int = _d("TRIALS_KEEP")
+    trials_max_gb: float = _d("TRIALS_MAX_GB")
     handoff_dir: str = _d("HANDOFF_DIR")
     shutdown_grace_s: float = _d("ENV_SERVER_SHUTDOWN_GRACE_S")
     # The public front (front.py).
@@ -163,6 +177,11 @@ class Settings:
                 "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
             )
         remote_ok = get("SANDBOX_DOCKER_REMOTE_TASKS_OK")
+        # The raw value: the words reader splits on whitespace, and a line break inside is one of the refusals.
+        try:
+            task_env_allow = allow_list(read.env.get("TASK_ENV_ALLOW") or "")
+        except EnvError as exc:
+            task_env_allow = read.refuse(str(exc), ())
 
         settings = cls(
             env_server_host=get("ENV_SERVER_HOST"),
@@ -182,11 +201,13 @@ class Settings:
             agent_install=agent_install,
             wheelhouse_dir=get("WHEELHOUSE_DIR"),
             trials_dir=get("TRIALS_DIR"),
+            trials_keep=get("TRIALS_KEEP"),
+            trials_max_gb=get("TRIALS_MAX_GB"),
             handoff_dir=get("HANDOFF_DIR"),
             shutdown_grace_s=get("ENV_SERVER_SHUTDOWN_GRACE_S"),
             capture_max_body_mb=get("CAPTURE_MAX_BODY_MB"),
             capture_max_concurrent=get("CAPTURE_MAX_CONCURRENT"),
-            task_env_allow=get("TASK_ENV_ALLOW"),
+            task_env_allow=task_env_allow,
             direct_url=direct_url,
             remote_tasks_ok=bool(remote_ok),
             stack_name=get("STACK_NAME"),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import websockets
 from openenv.core.harness import ResourceSessionFactory
 from openenv.harbor.client import HarborEnv
 from openenv.harbor.models import HarborRolloutResult
@@ -28,6 +29,12 @@ from .waiting import Backoff, is_refusal
 TASK_FIELD = "harbor_task"  # on the prompt's user message: "<index>@<split>"
 # Sandbox build/start and verification run outside the agent's own timeout.
 SETUP_MARGIN_S = 900.0
+# What an env server that died or restarts looks like to its clients, at any phase of a call: a refused or
+# reset socket (OSError, ConnectionError among them), httpx's transport errors (the Task API), and the MCP
+# websocket's (websockets 15: `ConnectionClosedError: no close frame received or sent` when the server is
+# killed mid-rollout, which killed the trainer during its warm-up; `InvalidStatus` while it restarts).
+# TimeoutError is an OSError too, but it is the rollout's own deadline, not a lost server: never waited out.
+TRANSPORT_ERRORS = (OSError, httpx.TransportError, websockets.exceptions.WebSocketException)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,19 @@ class EnvServerRunner:
     status_path: str = ""  # where a wait for the env server is reported (trainer/waiting.py)
 
     def task_rows(self) -> list[dict[str, Any]]:
+        backoff = Backoff(self.status_path)
+        while True:
+            try:
+                rows = self._task_rows()
+            except TimeoutError:
+                raise
+            except TRANSPORT_ERRORS as exc:
+                backoff.wait(f"env server {self.env_server_url} unreachable for the task list ({_named(exc)})")
+                continue
+            backoff.done()
+            return rows
+
+    def _task_rows(self) -> list[dict[str, Any]]:
         rows = []
         with HarborEnv(base_url=self.env_server_url) as env:
             for split in env.splits():
@@ -84,6 +104,13 @@ class EnvServerRunner:
 
     def run(self, ref: TaskRef, sampling: dict | None, episode_id: str | None) -> HarborRolloutResult:
         """One rollout; while the env server refuses to start it, or cannot be reached, wait and retry."""
+        return self._waiting(lambda: self._run_once(ref, sampling))
+
+    def _waiting(self, call) -> HarborRolloutResult:
+        """`call()` (one rollout) until the env server takes it and answers. A connection lost while the
+        rollout ran is waited out like an unreachable server, and the rollout runs again: the server that
+        ran it is gone with its capture session (its sandbox is reaped when it starts again), so nothing of
+        it was scored, and running it again is one more sample of the same policy."""
         backoff = Backoff(self.status_path)
         while True:
             # Asked first, over plain HTTP: with the env server gone, OpenEnv's client fails inside its own
@@ -94,9 +121,17 @@ class EnvServerRunner:
                 backoff.wait(f"env server {self.env_server_url} unreachable ({down}); is env-server up?")
                 continue
             try:
-                result = self._run_once(ref, sampling)
-            except (ConnectionError, httpx.TransportError) as exc:  # nothing started
-                backoff.wait(f"env server {self.env_server_url} unreachable ({type(exc).__name__}: {exc})")
+                result = call()
+            except TimeoutError:
+                raise
+            except websockets.exceptions.ConnectionClosed as exc:
+                backoff.wait(
+                    f"connection to the env server {self.env_server_url} lost during the rollout ({_named(exc)}); "
+                    "it runs again once the env server answers"
+                )
+                continue
+            except TRANSPORT_ERRORS as exc:  # before the rollout started, or a socket error on the way
+                backoff.wait(f"env server {self.env_server_url} unreachable ({_named(exc)})")
                 continue
             if is_refusal(result):
                 backoff.wait(f"env server refused: {result.error}")
@@ -128,6 +163,10 @@ class EnvServerRunner:
             )
 
     def evaluate(self, ref: TaskRef, eval_sampling: dict) -> HarborRolloutResult:
+        """One EVAL rollout (`_evaluate_once`), waiting out an env server that is away as `run` does."""
+        return self._waiting(lambda: self._evaluate_once(ref, eval_sampling))
+
+    def _evaluate_once(self, ref: TaskRef, eval_sampling: dict) -> HarborRolloutResult:
         """One EVAL rollout: same env server, sandbox and capture proxy as training, but OpenEnv's eval
         purpose (read at openenv 0.10.0, `openenv.harbor.client.run_rollout` and
         `core.harness.capture.sessions`): the proxy applies `eval_sampling` (temperature/top_p/top_k only)
@@ -147,6 +186,10 @@ class EnvServerRunner:
                 purpose="eval",
                 eval_sampling=eval_sampling,
             )
+
+
+def _named(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
 
 class HarborSessionFactory(ResourceSessionFactory[HarborRolloutSession]):

@@ -9,6 +9,7 @@ Figures are printed (run with -s to see them); the assertions are the issue's bo
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import socket
@@ -39,13 +40,15 @@ def rss_mb(pid: int) -> float:
 
 
 class Proxy:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, timing: dict | None = None) -> None:
         self.seen: list[dict] = []
         engine_port = free_port()
         self.engine = serve(engine_port, self.seen)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "OPENENV_CAPTURE_ADMIN_KEY": ADMIN, "PYTHONPATH": f"{HERE}:{os.environ['PYTHONPATH']}"}
+        # The proxy's output goes to a file the tests read (its log lines are part of what they assert).
+        self.log_path = tmp / "proxy.log"
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -55,15 +58,23 @@ class Proxy:
                 str(tmp),
                 str(BODY_CAP_MB),
                 "4",
+                json.dumps(timing or {}),
             ],
-            stdout=subprocess.PIPE,
+            stdout=open(self.log_path, "w"),
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
         )
-        line = self.proc.stdout.readline()
-        assert line.startswith("serving"), line + (self.proc.stdout.read() if self.proc.poll() is not None else "")
-        self.instance = line.split()[-1]
+        for _ in range(3000):  # 300 s: importing OpenEnv on a loaded 2-core machine took over 60
+            first = self.log().partition("\n")[0]
+            if first.startswith("serving") or self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert first.startswith("serving"), self.log()
+        self.instance = first.split()[-1]
+
+    def log(self) -> str:
+        return self.log_path.read_text()
 
     def session(self, sampling: dict | None = None) -> str:
         resp = httpx.post(
@@ -253,3 +264,195 @@ def test_a_poisoned_request_leaves_the_rollout_trainable(proxy):
     assert len(trace.turns) == 3
     assert all(t.metadata["sampling_params"]["temperature"] == 0.7 for t in trace.turns)
     assert all(sum(t.loss_mask) == 3 for t in trace.turns)
+
+
+# --- junk bodies, slow senders, the output bound (issue 29 item 3, issue 31 item 4) -------------------------
+
+HEADER_TIMEOUT_S = 2.0
+BODY_TIMEOUT_S = 3.0
+# How long past a deadline a socket may take to be seen closed: loop scheduling on a loaded 2-core machine.
+MARGIN_S = 10.0
+
+
+def deep(levels: int) -> bytes:
+    return b'{"messages": ' + b"[" * levels + b"]" * levels + b"}"
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        (deep(100_000), "JSON nested deeper than this interpreter parses (the limit is 64 levels)"),
+        (b'{"model": "m", "messages": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, None),
+        (deep(70), "JSON nested deeper than 64 levels"),
+        (b'{"messages": [}', "body is not JSON (JSONDecodeError at byte 14)"),
+        (b'{"messages": "\xff\xfe"}', "body is not JSON (UnicodeDecodeError at byte 14)"),
+        (b"[1, 2]", "body must be a JSON object"),
+    ],
+    ids=["100k-brackets", "100k-objects", "70-levels", "broken", "not-utf8", "array"],
+)
+def test_a_junk_body_is_400_with_at_most_one_log_line_and_no_traceback(proxy, body, why):
+    key = proxy.session({"temperature": 0.7})
+    before = proxy.log()
+    resp = httpx.post(
+        f"{proxy.url}/v1/chat/completions",
+        content=body,
+        headers={**auth(key), "content-type": "application/json"},
+        timeout=30,
+    )
+    assert resp.status_code == 400, resp.text
+    if why is not None:
+        assert resp.json() == {"error": {"message": why}}
+    else:  # the C parser's limit depends on the interpreter build; either refusal names the nesting
+        assert "nested deeper" in resp.json()["error"]["message"], resp.text
+    time.sleep(0.2)  # the log line is written before the reply; this is only for the file's buffer
+    new = proxy.log()[len(before) :]
+    assert "Traceback" not in new and "RecursionError" not in new, new
+    # One line for the first such body of the module run, none for the rest (a minute apart at most).
+    lines = [line for line in new.splitlines() if "capture port:" in line]
+    assert len(lines) <= 1, new
+    assert all(line.endswith("; answered 400") for line in lines), lines
+    # The proxy is still fine.
+    assert proxy.chat(key, {"model": "m", "messages": [{"role": "user", "content": "hi"}]}).status_code == 200
+
+
+def test_the_first_junk_body_was_logged_once(proxy):
+    lines = [line for line in proxy.log().splitlines() if "capture port:" in line]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("WARNING env_server.front: capture port: ") and "answered 400" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {},
+        {"max_tokens": 10**9},
+        {"max_tokens": 1e9},
+        {"max_tokens": "100000"},
+        {"max_tokens": None},
+        {"max_completion_tokens": 10**6},
+        {"max_tokens": 10**9, "max_completion_tokens": 10**9},
+        {"max_tokens": 100},
+    ],
+    ids=["absent", "huge", "float", "string", "null", "completion-huge", "both", "within"],
+)
+def test_a_turn_never_asks_the_engine_for_more_than_the_run_bound(proxy, asked):
+    """The run's per-turn bound (MAX_OUTPUT_TOKENS = the trainer's MAX_COMPLETION_TOKENS; 256 here) is what
+    the engine sees, whatever the agent asked."""
+    key = proxy.session({"temperature": 0.7})
+    n = len(proxy.seen)
+    resp = proxy.chat(key, {"model": "m", "messages": [{"role": "user", "content": "hi"}], **asked})
+    assert resp.status_code == 200, resp.text
+    sent = proxy.seen[n]
+    lengths = {k: sent[k] for k in ("max_tokens", "max_completion_tokens") if k in sent}
+    expected = 100 if asked == {"max_tokens": 100} else 256
+    assert lengths and set(lengths.values()) == {expected}, sent
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory):
+    """A proxy whose guards fire in seconds: headers within 2 s, a body within 3 s, at most 32 connections."""
+    p = Proxy(
+        tmp_path_factory.mktemp("tight"),
+        {"header_timeout_s": HEADER_TIMEOUT_S, "body_timeout_s": BODY_TIMEOUT_S, "max_connections": 32},
+    )
+    yield p
+    p.close()
+
+
+class SlowSenders:
+    """`n` connections that send a request's headers one byte a second, never finishing them."""
+
+    HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer slow\r\nContent-Length: 2\r\n"
+
+    def __init__(self, port: int, n: int) -> None:
+        self.socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+        self.closed_at: dict[int, float] = {}
+        self.replies: dict[int, bytes] = {}
+        self.t0 = time.monotonic()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._drip, daemon=True)
+        self.thread.start()
+
+    def _drip(self) -> None:
+        for i in range(len(self.HEAD)):
+            for n, sock in enumerate(self.socks):
+                if n in self.closed_at:
+                    continue
+                try:
+                    sock.sendall(self.HEAD[i : i + 1])
+                except OSError:
+                    pass  # closed by the server: seen by `wait_closed`
+            if self.stop.wait(1.0):
+                return
+
+    def wait_closed(self, within_s: float) -> None:
+        """Read every socket until the server closes it or `within_s` from the first connect passes."""
+        deadline = self.t0 + within_s
+        for n, sock in enumerate(self.socks):
+            got = b""
+            while n not in self.closed_at:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                sock.settimeout(left)
+                try:
+                    data = sock.recv(4096)
+                except TimeoutError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    self.closed_at[n] = time.monotonic() - self.t0
+                got += data
+            self.replies[n] = got
+        self.stop.set()
+        for sock in self.socks:
+            sock.close()
+
+
+def test_slow_header_senders_are_closed_while_health_and_a_rollout_are_served(tight):
+    key = tight.session({"temperature": 0.7})
+    slow = SlowSenders(tight.port, 100)
+    # Past conn_guard.SHED_AFTER_S, so the slow ones are the ones shed when a caller needs room.
+    time.sleep(1.5)
+    served = []
+    for _ in range(5):
+        health = httpx.get(f"{tight.url}/health", timeout=10)
+        chat = tight.chat(key, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        served.append((health.status_code, health.json().get("instance"), chat.status_code))
+    slow.wait_closed(HEADER_TIMEOUT_S + MARGIN_S)
+    statuses = sorted({r.split(b"\r\n")[0].decode() for r in slow.replies.values()})
+    print(
+        f"\n100 slow header senders: {len(slow.closed_at)} closed, the last after "
+        f"{max(slow.closed_at.values(), default=0):.1f}s (header deadline {HEADER_TIMEOUT_S:.0f}s, "
+        f"32 connections at most); replies {statuses}; meanwhile /health and a rollout's call: {served[0]} x5"
+    )
+    assert served == [(200, tight.instance, 200)] * 5
+    assert len(slow.closed_at) == 100, f"{100 - len(slow.closed_at)} slow senders still open"
+    assert set(statuses) <= {"HTTP/1.1 408 Request Timeout", "HTTP/1.1 503 Service Unavailable"}, statuses
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408_and_the_socket_closed(tight):
+    key = tight.session({"temperature": 0.7})
+    sock = socket.create_connection(("127.0.0.1", tight.port))
+    sock.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+        'Content-Length: 1000\r\n\r\n{"messages": '.encode()
+    )
+    t0 = time.monotonic()
+    # The deadline holds a model-call slot; /health is served meanwhile.
+    assert httpx.get(f"{tight.url}/health", timeout=10).status_code == 200
+    sock.settimeout(BODY_TIMEOUT_S + MARGIN_S)
+    got = b""
+    while True:
+        data = sock.recv(4096)
+        if not data:
+            break
+        got += data
+    took = time.monotonic() - t0
+    sock.close()
+    status = got.split(b"\r\n")[0].decode()
+    print(f"\na body stalled after 13 of 1000 bytes: {status!r}, closed after {took:.1f}s")
+    assert got.startswith(b"HTTP/1.1 408 "), got
+    assert b"request body did not arrive within 3 s" in got
+    assert took < BODY_TIMEOUT_S + MARGIN_S

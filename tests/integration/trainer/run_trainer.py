@@ -2,11 +2,14 @@
 
     python tests/integration/trainer/run_trainer.py CAPTURE_URL
 
-Everything else comes from the environment, exactly as `python -m trainer` reads it.
+Everything else comes from the environment, exactly as `python -m trainer` reads it, plus one test hook:
+TEST_SIGTERM_AT_STEP=N sends this process SIGTERM during step N's optimizer step (its rollouts are in, so
+the signal lands while the step computes, not while rollouts are awaited), as `docker compose stop` would.
 """
 
 import json
 import os
+import signal
 import sys
 
 from scripted_agent import ScriptedAgentRunner
@@ -15,7 +18,24 @@ from guards.checks import run_all
 from trainer.config import from_env
 from trainer.train import run
 
+
+def signal_during_step(at: int) -> None:
+    """Replace trainer.stop.StopCallback with a subclass that only adds the signal: the guard under test
+    (its on_step_end, and the handler trainer.train.main installs) stays the real one."""
+    from trainer import stop
+
+    class SignalDuringStep(stop.StopCallback):
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            if state.global_step == at - 1:  # counted up after the optimizer step
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    stop.StopCallback = SignalDuringStep
+    stop.install()
+
+
 if __name__ == "__main__":
+    if os.environ.get("TEST_SIGTERM_AT_STEP"):
+        signal_during_step(int(os.environ["TEST_SIGTERM_AT_STEP"]))
     failures = run_all(phase="trainer")
     if failures:
         sys.exit("\n".join(str(f) for f in failures))

@@ -129,6 +129,24 @@ def test_two_steps_then_resume(stack):
     state = json.loads((run_dir / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     assert json.loads((run_dir / "status.json").read_text())["step"] == 3
+    # Retention: SAVE_TOTAL_LIMIT (default 2) reaches TRL's config, whose Trainer deletes checkpoint-1 once
+    # checkpoint-3 is complete. Without it every SAVE_STEPS checkpoint stays on the bucket all night.
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+
+
+def test_sigterm_during_a_step_saves_that_step_and_stops(stack):
+    """`docker compose stop` while a step computes: the step's checkpoint is written although SAVE_STEPS is
+    far off (trainer/stop.py's StopCallback sets should_save), the run stops there, and says how to resume."""
+    run = "cpu-sigterm"
+    log = train(stack, max_steps=6, run=run, extra_env={"SAVE_STEPS": "100", "TEST_SIGTERM_AT_STEP": "2"})
+    run_dir = stack["bucket"] / "checkpoints" / run
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2"], log[-4000:]
+    state = json.loads((run_dir / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["state"], status["step"], status["reason"]) == ("stopped", 2, "SIGTERM: checkpoint saved"), status
+    assert log.count("trainer: SIGTERM: saving a checkpoint at the next safe point, then stopping") == 1, log[-4000:]
+    assert f"trainer: resume this run with RUN_NAME={run}" in log
 
 
 def test_a_fully_forked_run_stops_by_rule_with_a_checkpoint_and_one_line(stack):

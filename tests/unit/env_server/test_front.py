@@ -210,3 +210,113 @@ def test_calls_beyond_the_ceiling_get_429_at_once():
         return results
 
     assert asyncio.run(scenario()) == [429, 200, 200, 200]
+
+
+def test_a_too_deep_body_is_400_and_logged_once_without_a_traceback(caplog):
+    inner = Inner()
+    app = front(inner, max_body_bytes=1024 * 1024)
+    deep = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with caplog.at_level("WARNING", logger="env_server.front"):
+        for _ in range(3):
+            status, body, _ = call(app, "POST", "/v1/chat/completions", key=SESSION, chunks=(deep,))
+            assert (status, json.loads(body)) == (
+                400,
+                {"error": {"message": "JSON nested deeper than this interpreter parses (the limit is 64 levels)"}},
+            )
+    assert inner.calls == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "capture port: JSON nested deeper than this interpreter parses (the limit is 64 levels); answered 400"
+    ]
+    assert all(r.exc_info is None for r in caplog.records)
+    assert app.refused == {"body not a JSON object": 3}
+
+
+@pytest.mark.parametrize(
+    "doc, refused",
+    [
+        ({"messages": [[[[1]]]]}, False),
+        ({"messages": "[" * 70}, False),  # a string is not nesting
+        (json.loads("[" * 63 + "]" * 63), None),  # an array: refused as not an object
+    ],
+)
+def test_depth_is_counted_in_containers(doc, refused):
+    from env_server.front import parse_object
+
+    parsed, why = parse_object(json.dumps(doc).encode())
+    if refused is None:
+        assert (parsed, why) == (None, "body must be a JSON object")
+    else:
+        assert parsed == doc and why == ""
+
+
+def test_sixty_five_levels_are_refused_and_sixty_four_pass():
+    from env_server.front import parse_object
+
+    def nested(levels):  # the object itself is level 1
+        return b'{"a": ' + b"[" * (levels - 1) + b"]" * (levels - 1) + b"}"
+
+    assert parse_object(nested(64))[1] == ""
+    assert parse_object(nested(65)) == (None, "JSON nested deeper than 64 levels")
+
+
+def test_a_body_that_stops_arriving_is_408_after_the_deadline():
+    inner = Inner()
+    app = front(inner, body_timeout_s=0.2)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [(b"authorization", f"Bearer {SESSION}".encode())],
+    }
+    pending = [b"{", b'"m']
+    sent = []
+
+    async def receive():  # two chunks of a longer body, then nothing for an hour
+        if pending:
+            return {"type": "http.request", "body": pending.pop(0), "more_body": True}
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 408
+    assert json.loads(sent[1]["body"]) == {"error": {"message": "request body did not arrive within 0 s"}}
+    assert inner.calls == [] and app.refused == {"body not in time": 1}
+
+
+@pytest.mark.parametrize(
+    "asked, sent, changed",
+    [
+        ({}, {"max_tokens": 256}, []),
+        ({"max_tokens": 100}, {"max_tokens": 100}, []),
+        ({"max_tokens": 256}, {"max_tokens": 256}, []),
+        ({"max_tokens": 257}, {"max_tokens": 256}, ["max_tokens"]),
+        ({"max_tokens": 1e9}, {"max_tokens": 256}, ["max_tokens"]),
+        ({"max_tokens": "100000"}, {"max_tokens": 256}, ["max_tokens"]),
+        ({"max_tokens": None}, {"max_tokens": 256}, ["max_tokens"]),
+        ({"max_tokens": True}, {"max_tokens": 256}, ["max_tokens"]),
+        ({"max_tokens": 0}, {"max_tokens": 256}, ["max_tokens"]),
+        ({"max_completion_tokens": 10**6}, {"max_completion_tokens": 256}, ["max_completion_tokens"]),
+        (
+            {"max_tokens": 10**9, "max_completion_tokens": 50},
+            {"max_tokens": 256, "max_completion_tokens": 50},
+            ["max_tokens"],
+        ),
+    ],
+)
+def test_the_output_length_is_held_to_the_run_bound(asked, sent, changed):
+    from env_server.chat_fields import cap_output
+
+    body = {"messages": [], **asked}
+    assert cap_output(body, 256) == changed
+    assert body == {"messages": [], **sent}
+
+
+def test_the_front_caps_the_output_length_it_hands_on():
+    inner = Inner()
+    app = front(inner, max_output_tokens=192)
+    raw = json.dumps({"messages": [], "max_tokens": 1e9}).encode()
+    assert call(app, "POST", "/v1/chat/completions", key=SESSION, chunks=(raw,))[0] == 200
+    assert json.loads(inner.calls[0][1]) == {"messages": [], "max_tokens": 192}
+    assert app.output_capped == {"max_tokens": 1}

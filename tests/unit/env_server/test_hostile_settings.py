@@ -91,3 +91,70 @@ def test_hf_token_leaves_env_server_when_no_dataset_needs_it():
         drop_unneeded_hf_token(("org/tasks",), environ) == "hf token  kept: a dataset comes from the Hub or a registry"
     )
     assert environ == {"HF_TOKEN": "hf_secret"}
+
+
+FIX_NAME = (
+    "is not a variable name (wildcards and patterns are not expanded): list each variable a task may read by its "
+    "exact name, comma-separated, e.g. TASK_ENV_ALLOW=TEST_DIR,MY_VAR"
+)
+
+
+def secret_line(value: str, name: str) -> str:
+    return (
+        f"TASK_ENV_ALLOW={value!r} entry {name!r} names a secret, and tasks run code from the dataset and from the "
+        f"model being trained, which would read it: remove {name} from TASK_ENV_ALLOW (a task that needs a "
+        "credential of its own gets it as a literal in its task.toml env table)"
+    )
+
+
+@pytest.mark.parametrize(
+    "value, line",
+    [
+        ("*", f"TASK_ENV_ALLOW='*' entry '*' {FIX_NAME}"),
+        ("TEST_*", f"TASK_ENV_ALLOW='TEST_*' entry 'TEST_*' {FIX_NAME}"),
+        ("MY_VAR,[A-Z]*", f"TASK_ENV_ALLOW='MY_VAR,[A-Z]*' entry '[A-Z]*' {FIX_NAME}"),
+        ("MY VAR", f"TASK_ENV_ALLOW='MY VAR' entry 'MY VAR' {FIX_NAME}"),
+        ("E2B_API_KEY,HF_TOKEN", secret_line("E2B_API_KEY,HF_TOKEN", "E2B_API_KEY")),
+        ("MY_VAR,HF_TOKEN", secret_line("MY_VAR,HF_TOKEN", "HF_TOKEN")),
+        ("HUB_TOKEN", secret_line("HUB_TOKEN", "HUB_TOKEN")),
+        ("WANDB_API_KEY", secret_line("WANDB_API_KEY", "WANDB_API_KEY")),
+        ("TUNNEL_TOKEN", secret_line("TUNNEL_TOKEN", "TUNNEL_TOKEN")),
+        ("CLOUDFLARED_TOKEN", secret_line("CLOUDFLARED_TOKEN", "CLOUDFLARED_TOKEN")),
+        ("OPENENV_CAPTURE_ADMIN_KEY", secret_line("OPENENV_CAPTURE_ADMIN_KEY", "OPENENV_CAPTURE_ADMIN_KEY")),
+        ("GITHUB_TOKEN", secret_line("GITHUB_TOKEN", "GITHUB_TOKEN")),
+        ("AWS_SECRET_ACCESS_KEY", secret_line("AWS_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY")),
+        ("DB_PASSWORD", secret_line("DB_PASSWORD", "DB_PASSWORD")),
+        ("my_api_key", secret_line("my_api_key", "my_api_key")),
+        ("SIGNING_SECRET", secret_line("SIGNING_SECRET", "SIGNING_SECRET")),
+        (
+            "TEST_DIR\nHF_TOKEN",
+            "TASK_ENV_ALLOW='TEST_DIR\\nHF_TOKEN' has a line break: list the names on one line, comma-separated "
+            "(TASK_ENV_ALLOW=A,B)",
+        ),
+        (
+            "TEST_DIR\n",
+            "TASK_ENV_ALLOW='TEST_DIR\\n' has a line break: list the names on one line, comma-separated "
+            "(TASK_ENV_ALLOW=A,B)",
+        ),
+    ],
+)
+def test_task_env_allow_refuses_wildcards_secrets_and_line_breaks(value, line):
+    with pytest.raises(EnvError) as exc:
+        Settings.from_env({"TASK_ENV_ALLOW": value})
+    assert str(exc.value) == line
+
+
+@pytest.mark.parametrize(
+    "value, names",
+    [
+        ("", ()),
+        ("TEST_DIR", ("TEST_DIR",)),
+        (" TEST_DIR , MY_VAR ,", ("TEST_DIR", "MY_VAR")),
+        (
+            "KEYBOARD_LAYOUT,MONKEY_NAME,TOKENIZERS_PARALLELISM",
+            ("KEYBOARD_LAYOUT", "MONKEY_NAME", "TOKENIZERS_PARALLELISM"),
+        ),
+    ],
+)
+def test_task_env_allow_takes_plain_names(value, names):
+    assert Settings.from_env({"TASK_ENV_ALLOW": value}).task_env_allow == names

@@ -112,3 +112,31 @@ def test_unreachable_is_measured_over_http(tmp_path):
         port = s.getsockname()[1]  # nothing listens once closed
     r = EnvServerRunner(f"http://127.0.0.1:{port}", "h", "docker", "http://e/v1", "m", 4, 60.0)
     assert r._unreachable().startswith("ConnectError")
+
+
+def test_a_connection_lost_mid_rollout_is_waited_out_and_the_rollout_runs_again(tmp_path, monkeypatch):
+    """websockets' ConnectionClosedError (the env server killed mid-rollout, as in the warm-up) used to
+    escape the runner and kill the trainer; tests/integration/trainer_waits kills a real server."""
+    from websockets.exceptions import ConnectionClosedError
+
+    clock = Clock()
+    answers = [ConnectionClosedError(None, None), OSError(113, "No route to host"), GOOD]
+    r, status, calls = runner(tmp_path, answers, monkeypatch, clock)
+    assert r.run(TaskRef("s", 0), None, "e1") is GOOD
+    assert clock.slept == [2.0, 4.0] and len(calls) == 3
+    assert calls[1]["reason"] == (
+        "connection to the env server http://127.0.0.1:1 lost during the rollout (ConnectionClosedError: no close "
+        "frame received or sent); it runs again once the env server answers"
+    )
+    assert calls[2]["reason"] == "env server http://127.0.0.1:1 unreachable (OSError: [Errno 113] No route to host)"
+    assert json.loads(status.read_text())["state"] == "training"
+
+
+def test_a_rollout_past_its_deadline_is_not_waited_out(tmp_path, monkeypatch):
+    import pytest
+
+    clock = Clock()
+    r, _, calls = runner(tmp_path, [TimeoutError("message timeout"), GOOD], monkeypatch, clock)
+    with pytest.raises(TimeoutError):
+        r.run(TaskRef("s", 0), None, "e1")
+    assert clock.slept == [] and len(calls) == 1

@@ -388,7 +388,7 @@ resources:
 {{- define "agh.envServerEnv" -}}
 {{- $name := include "agh.name" . -}}
 {{- $c := .Values.config -}}
-{{ include "agh.configEnv" (dict "root" . "names" (list "ENV_SERVER_PORT" "CAPTURE_PORT" "MODEL" "DATASETS" "EVAL_DATASETS" "SANDBOX" "MAX_OUTPUT_TOKENS" "MAX_CONCURRENT_ENVS" "MAX_INFLIGHT_ROLLOUTS" "TUNNEL_PROVIDER" "AGENT_INSTALL" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL")) | trim }}
+{{ include "agh.configEnv" (dict "root" . "names" (list "ENV_SERVER_PORT" "CAPTURE_PORT" "MODEL" "DATASETS" "EVAL_DATASETS" "SANDBOX" "MAX_OUTPUT_TOKENS" "MAX_CONCURRENT_ENVS" "MAX_INFLIGHT_ROLLOUTS" "TUNNEL_PROVIDER" "AGENT_INSTALL" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL" "TRIALS_KEEP" "TRIALS_MAX_GB")) | trim }}
 # Unique per namespace and release: env-server reaps the E2B sandboxes named after it at start, so two
 # releases of one name in two namespaces on one E2B key must not share it.
 - name: STACK_NAME

@@ -1,0 +1,113 @@
+"""Trial folders bounded on disk: the newest TRIALS_KEEP finished ones, within TRIALS_MAX_GB, are kept.
+
+Harbor writes one folder per rollout under TRIALS_DIR (`<trials_dir>/<trial_name>`: the agent's logs, the
+verifier's output, result.json), and nothing removed them: measured, 54 folders and 20 MB after a short CPU
+run, so thousands by the morning of a night's run. `Retention.prune` runs as each rollout finishes (on a
+thread of its own: the rollout's answer does not wait for it) and removes the oldest finished folders of
+this stack past either bound.
+
+Only this stack's folders (trial names start with its sandbox prefix, sandboxes.py) and only finished ones:
+Harbor writes `result.json` in `Trial._finalize` (harbor 0.25.0, trial/trial.py), after the sandbox is
+stopped, so a folder without it belongs to a rollout still running, or to one an env server that was
+killed never finished (leftovers.py removes those at start). The newest finished folder is always kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+RESULT = "result.json"
+GB = 1024**3
+
+
+def folder_bytes(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def trial_folders(trials_dir: Path, prefix: str) -> tuple[list[tuple[float, str]], list[str]]:
+    """(finished: (result.json's mtime, name) oldest first, unfinished names) of this stack's trial folders."""
+    finished, unfinished = [], []
+    try:
+        entries = list(os.scandir(trials_dir))
+    except FileNotFoundError:
+        return [], []
+    for entry in entries:
+        if not entry.name.startswith(prefix + "-") or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            finished.append((os.stat(os.path.join(entry.path, RESULT)).st_mtime, entry.name))
+        except FileNotFoundError:
+            unfinished.append(entry.name)
+    finished.sort()
+    return finished, unfinished
+
+
+class Retention:
+    def __init__(self, trials_dir: str, prefix: str, keep: int, max_gb: float, say: Callable[[str], None]) -> None:
+        self.trials_dir = Path(trials_dir)
+        self.prefix = prefix
+        self.keep = keep
+        self.max_bytes = int(max_gb * GB)
+        self.say = say
+        self.removed = 0
+        self.freed_bytes = 0
+        self._sizes: dict[str, int] = {}  # a finished folder no longer grows: measured once
+        self._lock = threading.Lock()
+
+    def describe(self) -> str:
+        size = f"{self.max_bytes / GB:g} GB" if self.max_bytes else "no size cap"
+        return (
+            f"trials    keeping the newest {self.keep} finished trial folders (TRIALS_KEEP) within {size} "
+            f"(TRIALS_MAX_GB) in {self.trials_dir}; older ones are removed as rollouts finish"
+        )
+
+    def prune_soon(self) -> None:
+        """After a rollout: prune on a thread of its own; a prune already running covers this one."""
+        threading.Thread(target=self.prune, name="trial-retention", daemon=True).start()
+
+    def prune(self) -> int:
+        """Remove the oldest finished folders past the bounds; returns how many. Never raises."""
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            return self._prune()
+        except Exception as exc:  # noqa: BLE001 - a full or odd disk must never fail a rollout
+            self.say(f"trials    retention skipped: {type(exc).__name__}: {exc}")
+            return 0
+        finally:
+            self._lock.release()
+
+    def _prune(self) -> int:
+        finished, _ = trial_folders(self.trials_dir, self.prefix)
+        names = {name for _, name in finished}
+        self._sizes = {n: b for n, b in self._sizes.items() if n in names}
+        for _, name in finished:
+            if name not in self._sizes:
+                self._sizes[name] = folder_bytes(str(self.trials_dir / name))
+        total = sum(self._sizes.values())
+        removed = 0
+        while len(finished) > 1 and (len(finished) > self.keep or (self.max_bytes and total > self.max_bytes)):
+            _, name = finished.pop(0)
+            shutil.rmtree(self.trials_dir / name, ignore_errors=True)
+            size = self._sizes.pop(name, 0)
+            total -= size
+            removed += 1
+            self.freed_bytes += size
+        if removed and not self.removed:
+            self.say(
+                f"trials    retention reached: removing the oldest finished trial folders from now on "
+                f"({removed} now, {len(finished)} kept, {total / 2**20:.0f} MB)"
+            )
+        self.removed += removed
+        return removed
