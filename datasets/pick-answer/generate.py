@@ -107,9 +107,7 @@ def instructions() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     start = 0
     for split, n in SPLITS.items():
-        out[split] = [
-            rng.choice(PHRASINGS).format(c=c, p=p, f=ANSWER_FILE) + "\n" for c, p in pairs[start : start + n]
-        ]
+        out[split] = [rng.choice(PHRASINGS).format(c=c, p=p, f=ANSWER_FILE) + "\n" for c, p in pairs[start : start + n]]
         start += n
     return out
 
