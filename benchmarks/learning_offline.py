@@ -92,7 +92,7 @@ def fmt(s: dict) -> str:
     return f"pass@1 {s['pass']:.3f} [{lo:.3f}, {hi:.3f}] (n={s['n']}), valid {s['valid']:.3f}, {letters}"
 
 
-def run(args, lr: float) -> dict:
+def run(args, lr: float, base: dict | None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -106,8 +106,9 @@ def run(args, lr: float) -> dict:
     trainer.train()
     opt = torch.optim.AdamW(trainer.parameters(), lr=lr)
     train_tasks, eval_tasks = read_tasks(args.train), read_tasks(args.heldout)
-    base = held_out(engine, eval_tasks, args.eval_n, seed=1000)
-    print(f"[lr={lr:g} {args.dtype}] base  {fmt(base)}", flush=True)
+    if base is None:  # every run starts from the same weights: one measurement serves them all
+        base = held_out(engine, eval_tasks, args.eval_n, seed=1000)
+        print(f"[lr={lr:g} {args.dtype}] base  {fmt(base)}", flush=True)
     rng = random.Random(args.seed)
     curve = []
     for step in range(1, args.steps + 1):
@@ -159,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", default="/app/models/pick-policy")
     parser.add_argument("--train", default="datasets/pick-answer/train")
     parser.add_argument("--heldout", default="datasets/pick-answer/heldout")
-    parser.add_argument("--lr", type=float, nargs="+", default=[1e-2, 0.0])
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--groups", type=int, default=2, help="groups (tasks) per step")
-    parser.add_argument("--group-size", type=int, default=4, help="rollouts per group (NUM_GENERATIONS)")
-    parser.add_argument("--eval-n", type=int, default=48, help="held-out rollouts before and after")
+    parser.add_argument("--lr", type=float, nargs="+", default=[3e-3, 0.0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--groups", type=int, default=1, help="groups (tasks) per step")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per group (NUM_GENERATIONS)")
+    parser.add_argument("--eval-n", type=int, default=24, help="held-out rollouts before and after")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "bf16-pure"), default="fp32")
     parser.add_argument("--no-push", dest="push", action="store_false", help="control: never push weights")
     parser.add_argument("--seed", type=int, default=7)
@@ -171,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(2)
+    base = None
     for lr in args.lr:
-        run(args, lr)
+        base = run(args, lr, base)["base"]
     return 0
 
 

@@ -37,10 +37,15 @@ from mock_engine import agent_turns, toolcalls
 SEED = 25
 LETTERS = ("A", "B", "C", "D")
 ANSWER_FILE = "/app/answer.txt"
-# Measured on 2 cores (policy_eval --check): this many steps of this batch make >= 98% of the policy's
-# own two-turn samples valid at temperature 1.0; fewer left the long deterministic strings leaky.
-STEPS = 240
-PROMPTS = 1  # prompts per step, each with all four letters
+# Two phases (prompt_loss says why): many cheap steps on the prompt's last 16..SHORT_CONTEXT tokens teach
+# the turns' exact text, then FULL_STEPS on the whole prompt teach reading it as the agent sends it.
+# Measured on 2 cores with policy_eval: see the figures in the module's report (mock_engine.json).
+SHORT_STEPS = 300
+SHORT_PROMPTS = 2  # prompts per short step, each with all four letters
+SHORT_CONTEXT = 384
+FULL_STEPS = 120
+FULL_LR = 3e-3
+UNAMES = 16  # sandbox unames drawn once; with the 32 train tasks, at most 512 distinct prompts to render
 LR = 1e-2
 WARMUP = 20
 # Same shape as the tiny-agent model (mock_engine.build_model), so the trainer's CPU budget is unchanged.
@@ -141,32 +146,54 @@ def new_model(tokenizer):
     return Qwen3ForCausalLM(config)
 
 
-def prompt_loss(model, convs: list[Conversation], letter_ids: list[int]):
-    """Summed cross-entropy over the assistant tokens of conversations that share their first prompt
-    (one task, one uname, different letters), and the number of terms. At the letter the target is
-    the uniform distribution over LETTERS, so the policy learns an even choice, not the corpus's draws.
+def letter_variants(conv: Conversation, tokenizer) -> list[Conversation]:
+    """The same conversation with each of LETTERS as the answer: one token differs (the letter appears
+    once, and turn 2's prompt carries turn 1 verbatim), so one rendering serves all four."""
+    out = []
+    for letter in LETTERS:
+        ids = list(conv.ids)
+        ids[conv.letter_pos] = tokenizer.convert_tokens_to_ids(letter)
+        out.append(Conversation(ids, conv.turns, conv.letter_pos))
+    return out
 
-    The shared prompt (~3.4k tokens of mini-swe-agent's instructions) is encoded once, without gradient,
-    and each conversation's rest (~270 tokens) attends to that cache with gradient: the policy learns how
-    its turns read the prompt, not how the prompt is encoded. That is what makes the build minutes on 2
-    cores instead of an hour (a full 3.7k-token backward per conversation, measured 1-4 s)."""
+
+def prompt_loss(model, convs: list[Conversation], letter_ids: list[int], context: int | None):
+    """Summed cross-entropy over the assistant tokens of conversations that share their first prompt
+    (one task, one uname, each letter), the number of terms, and the summed part outside the letter.
+    At the letter the target is the uniform distribution over LETTERS, so the policy learns an even
+    choice, not the corpus's draws.
+
+    `context=None`: the whole prompt (~3.4k tokens of mini-swe-agent's instructions) is encoded once,
+    without gradient, and each conversation's rest (~270 tokens) attends to that cache with gradient:
+    the policy learns how its turns read the real prompt, not how the prompt is encoded. `context=L`:
+    only the prompt's last L tokens, all with gradient, which is ~10x cheaper and teaches the turns'
+    exact text (a 3.7k-token backward per conversation measured 1-4 s on 2 cores)."""
     import torch
 
-    cut = convs[0].turns[0][0] - 1  # the prompt's last token goes with the rest: it predicts turn 1's first
-    with torch.no_grad():
-        cache = model(input_ids=torch.tensor([convs[0].ids[:cut]]), use_cache=True).past_key_values
-    cache.batch_repeat_interleave(len(convs))
-    rest = torch.tensor([c.ids[cut:] for c in convs])
-    logp = torch.log_softmax(model(input_ids=rest, past_key_values=cache, use_cache=True).logits.float(), -1)
-    total, count = logp.new_zeros(()), 0
+    first = convs[0].turns[0][0]
+    if context is None:
+        cut = first - 1  # the prompt's last token goes with the rest: it predicts turn 1's first token
+        with torch.no_grad():
+            cache = model(input_ids=torch.tensor([convs[0].ids[:cut]]), use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(convs))
+        rest = torch.tensor([c.ids[cut:] for c in convs])
+        logits = model(input_ids=rest, past_key_values=cache, use_cache=True).logits
+    else:
+        cut = max(0, first - context)
+        rest = torch.tensor([c.ids[cut:] for c in convs])
+        logits = model(input_ids=rest).logits
+    logp = torch.log_softmax(logits.float(), -1)
+    total, text, count = logp.new_zeros(()), 0.0, 0
     for i, c in enumerate(convs):
         pos = torch.tensor([p - cut for s, e in c.turns for p in range(s, e) if p != c.letter_pos])
-        total = total - logp[i, pos - 1, rest[i, pos]].sum() - logp[i, c.letter_pos - cut - 1, letter_ids].mean()
+        nll = -logp[i, pos - 1, rest[i, pos]].sum()
+        total = total + nll - logp[i, c.letter_pos - cut - 1, letter_ids].mean()
+        text += nll.item()
         count += len(pos) + 1
-    return total, count
+    return total, count, text
 
 
-def build(out_dir: str | Path, tasks_dir: str | Path, steps: int = STEPS, log=print) -> Path:
+def build(out_dir: str | Path, tasks_dir: str | Path, log=print) -> Path:
     import torch
 
     from mock_engine.tokenizer import build_tokenizer
@@ -176,31 +203,45 @@ def build(out_dir: str | Path, tasks_dir: str | Path, steps: int = STEPS, log=pr
     rng = random.Random(SEED)
     tokenizer = build_tokenizer()
     tasks = read_tasks(tasks_dir)
+    unames = [random_uname(rng) for _ in range(UNAMES)]
+    rendered: dict[tuple[int, int], Conversation] = {}
     model = new_model(tokenizer)
     letter_ids = [tokenizer.convert_tokens_to_ids(letter) for letter in LETTERS]
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    steps = SHORT_STEPS + FULL_STEPS
+    # Linear decay over the short phase (to 0.1 LR); the full phase, which starts from a jump in loss
+    # (a model fitted on <= SHORT_CONTEXT tokens reads a 3.4k-token prompt badly: measured 3.7 nats per
+    # token at its first full step), holds FULL_LR.
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / WARMUP) * max(0.05, 1.0 - s / max(steps, 1))
+        opt,
+        lambda s: min(1.0, (s + 1) / WARMUP) * max(0.1, 1.0 - s / SHORT_STEPS) if s < SHORT_STEPS else FULL_LR / LR,
     )
     model.train()
-    loss_value = float("nan")
+    loss_value = text_value = float("nan")
     for step in range(steps):
+        full = step >= SHORT_STEPS
+        context = None if full else rng.randint(16, SHORT_CONTEXT)
         opt.zero_grad()
-        total, count = 0.0, 0
-        for _ in range(PROMPTS):
-            task, uname = rng.choice(tasks), random_uname(rng)
-            part, n = prompt_loss(model, [conversation(tokenizer, task, uname, x) for x in LETTERS], letter_ids)
+        total, text, count, convs = 0.0, 0.0, 0, 0
+        for _ in range(1 if full else SHORT_PROMPTS):
+            key = (rng.randrange(len(tasks)), rng.randrange(len(unames)))
+            if key not in rendered:
+                rendered[key] = conversation(tokenizer, tasks[key[0]], unames[key[1]], LETTERS[0])
+            part, n, t = prompt_loss(model, letter_variants(rendered[key], tokenizer), letter_ids, context)
             part.backward()
-            total, count = total + part.item(), count + n
+            total, text, count, convs = total + part.item(), text + t, count + n, convs + len(LETTERS)
         for p in model.parameters():
             p.grad /= count
-        loss = total / count
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        loss_value = float(loss)
-        if step % 20 == 0 or step == steps - 1:
-            log(f"build_policy: step {step + 1}/{steps} loss {loss_value:.4f} ({time.monotonic() - started:.0f} s)")
+        loss_value, text_value = total / count, text / (count - convs)
+        if step % 25 == 0 or step == steps - 1 or step == SHORT_STEPS:
+            log(
+                f"build_policy: step {step + 1}/{steps} ({'full' if full else 'short'} context) loss "
+                f"{loss_value:.4f}, {text_value:.5f} nats per token outside the letter "
+                f"({time.monotonic() - started:.0f} s)"
+            )
     model.eval()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -210,10 +251,12 @@ def build(out_dir: str | Path, tasks_dir: str | Path, steps: int = STEPS, log=pr
     tokenizer.save_pretrained(out)
     meta = {
         "seed": SEED,
-        "steps": steps,
-        "prompts_per_step": PROMPTS,
+        "short_steps": SHORT_STEPS,
+        "full_steps": FULL_STEPS,
         "lr": LR,
+        "full_lr": FULL_LR,
         "final_loss": round(loss_value, 5),
+        "final_text_nats_per_token": round(text_value, 6),
         "train_tasks": len(tasks),
         "build_s": round(time.monotonic() - started, 1),
         "letters": list(LETTERS),
@@ -226,12 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="folder to write the model and tokenizer into")
     parser.add_argument("--tasks", required=True, help="the pick-answer train split (a folder of Harbor tasks)")
-    parser.add_argument("--steps", type=int, default=STEPS, help=f"optimizer steps (default {STEPS})")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(2)
-    out = build(args.out_dir, args.tasks, args.steps, log=lambda s: print(s, file=sys.stderr, flush=True))
+    out = build(args.out_dir, args.tasks, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(f"build_policy: built {out}", file=sys.stderr)
     return 0
 
