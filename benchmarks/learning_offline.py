@@ -168,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("fp32", "bf16", "bf16-pure"), default="fp32")
     parser.add_argument("--no-push", dest="push", action="store_false", help="control: never push weights")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     base = None
     for lr in args.lr:
         base = run(args, lr, base)["base"]

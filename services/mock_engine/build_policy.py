@@ -17,9 +17,10 @@ policy's own sample, so a reward that rises can only come from weights that chan
 starts with `printf`, the submit one with `echo`: the turn is decided at the command's first character,
 and no letter (C!) is a prefix of the submit command.
 
-Training is plain next-token cross-entropy on the assistant tokens of whole two-turn conversations
-(prompt tokens are context only), deterministic from SEED on CPU; `mock_engine.policy_eval --check`
-measures what came out (valid actions, base rate per letter, the engine probe's top-two gap).
+Training is next-token cross-entropy on the assistant tokens of whole two-turn conversations (prompt
+tokens are context only), deterministic from SEED on CPU, in two phases (prompt_loss says why);
+`python -m mock_engine.policy_eval` measures what came out (valid actions, rate of each letter, the
+engine probe's top-two gap).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ ANSWER_FILE = "/app/answer.txt"
 SHORT_STEPS = 300
 SHORT_PROMPTS = 2  # prompts per short step, each with all four letters
 SHORT_CONTEXT = 384
-FULL_STEPS = 120
+FULL_STEPS = 100
 FULL_LR = 3e-3
 UNAMES = 16  # sandbox unames drawn once; with the 32 train tasks, at most 512 distinct prompts to render
 LR = 1e-2
@@ -163,25 +164,17 @@ def prompt_loss(model, convs: list[Conversation], letter_ids: list[int], context
     At the letter the target is the uniform distribution over LETTERS, so the policy learns an even
     choice, not the corpus's draws.
 
-    `context=None`: the whole prompt (~3.4k tokens of mini-swe-agent's instructions) is encoded once,
-    without gradient, and each conversation's rest (~270 tokens) attends to that cache with gradient:
-    the policy learns how its turns read the real prompt, not how the prompt is encoded. `context=L`:
-    only the prompt's last L tokens, all with gradient, which is ~10x cheaper and teaches the turns'
-    exact text (a 3.7k-token backward per conversation measured 1-4 s on 2 cores)."""
+    `context=None`: the whole prompt, everything with gradient (~3.7k tokens, 1-4 s per conversation on
+    2 cores). `context=L`: only the prompt's last L tokens, ~10x cheaper, which teaches the turns' exact
+    text. A model fitted on short tails alone reads the whole 3.4k-token prompt badly (measured: 3.2 nats
+    per token at its first full step), and encoding that prompt without gradient (a cache the rest attends
+    to) did not repair it: stuck at 0.39 nats per token after 50 steps. So the full steps back-propagate
+    through the prompt too."""
     import torch
 
-    first = convs[0].turns[0][0]
-    if context is None:
-        cut = first - 1  # the prompt's last token goes with the rest: it predicts turn 1's first token
-        with torch.no_grad():
-            cache = model(input_ids=torch.tensor([convs[0].ids[:cut]]), use_cache=True).past_key_values
-        cache.batch_repeat_interleave(len(convs))
-        rest = torch.tensor([c.ids[cut:] for c in convs])
-        logits = model(input_ids=rest, past_key_values=cache, use_cache=True).logits
-    else:
-        cut = max(0, first - context)
-        rest = torch.tensor([c.ids[cut:] for c in convs])
-        logits = model(input_ids=rest).logits
+    cut = 0 if context is None else max(0, convs[0].turns[0][0] - context)
+    rest = torch.tensor([c.ids[cut:] for c in convs])
+    logits = model(input_ids=rest).logits
     logp = torch.log_softmax(logits.float(), -1)
     total, text, count = logp.new_zeros(()), 0.0, 0
     for i, c in enumerate(convs):
@@ -222,20 +215,23 @@ def build(out_dir: str | Path, tasks_dir: str | Path, log=print) -> Path:
         full = step >= SHORT_STEPS
         context = None if full else rng.randint(16, SHORT_CONTEXT)
         opt.zero_grad()
-        total, text, count, convs = 0.0, 0.0, 0, 0
+        total, text, count, n_convs = 0.0, 0.0, 0, 0
         for _ in range(1 if full else SHORT_PROMPTS):
             key = (rng.randrange(len(tasks)), rng.randrange(len(unames)))
             if key not in rendered:
                 rendered[key] = conversation(tokenizer, tasks[key[0]], unames[key[1]], LETTERS[0])
-            part, n, t = prompt_loss(model, letter_variants(rendered[key], tokenizer), letter_ids, context)
+            # A full step trains one conversation (its letter drawn): the four share every token but one.
+            convs = letter_variants(rendered[key], tokenizer)
+            convs = [rng.choice(convs)] if full else convs
+            part, n, t = prompt_loss(model, convs, letter_ids, context)
             part.backward()
-            total, text, count, convs = total + part.item(), text + t, count + n, convs + len(LETTERS)
+            total, text, count, n_convs = total + part.item(), text + t, count + n, n_convs + len(convs)
         for p in model.parameters():
             p.grad /= count
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        loss_value, text_value = total / count, text / (count - convs)
+        loss_value, text_value = total / count, text / (count - n_convs)
         if step % 25 == 0 or step == steps - 1 or step == SHORT_STEPS:
             log(
                 f"build_policy: step {step + 1}/{steps} ({'full' if full else 'short'} context) loss "
