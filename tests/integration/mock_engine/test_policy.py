@@ -75,8 +75,15 @@ def test_the_engine_probe_gap_is_measurable_and_scales_with_temperature(lm):
 
 @pytest.fixture(scope="module")
 def policy_engine(tmp_path_factory, policy_dir):
-    """The mock engine serving the policy as the learning gate runs it: no script file, nothing scripted."""
-    with serve(policy_dir, tmp_path_factory.mktemp("policy-engine"), MOCK_SCRIPT_FILE="", MOCK_SCRIPT_PROB="0") as base:
+    """The mock engine serving the policy as the learning gate runs it: no script file, nothing scripted,
+    and room for a whole turn (the shared fixture's 48-token cap cuts the policy's ~100-token calls)."""
+    with serve(
+        policy_dir,
+        tmp_path_factory.mktemp("policy-engine"),
+        MOCK_SCRIPT_FILE="",
+        MOCK_SCRIPT_PROB="0",
+        MOCK_MAX_NEW_TOKENS="256",
+    ) as base:
         yield base
 
 
