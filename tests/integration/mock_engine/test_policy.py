@@ -55,15 +55,14 @@ def heldout(lm) -> dict:
 
 def test_its_own_samples_are_valid_two_turn_actions(heldout):
     # Measured on the held-out split at T=1.0 (policy_eval): 17/24 valid, 0 forked (13/24 with half the
-    # full-prompt steps); the
-    # untrained family model (tiny-agent) writes no valid call at all. The bound catches a builder that
+    # full-prompt steps); the untrained family model (tiny-agent) writes no valid call at all. The bound catches a builder that
     # stops producing tool calls, not a small drift; raising it needs a better-converged build first.
     assert heldout["valid"] >= 0.3, heldout
     assert heldout["forked"] == 0, heldout
 
 
 def test_it_chooses_among_the_letters_and_the_family_letter_is_not_settled(heldout):
-    # Measured (n=24): A 0.33, B 0.13, C 0.21, D 0.17 (C 0.31-0.50 with half the full-prompt steps). Room above
+    # Measured (n=24): A 0.33, B 0.13, C 0.21, D 0.17 (C 0.31-0.50 with half the full-prompt steps).
     # the base rate, so the rewarded letter must stay well below 1 before any training.
     assert sum(heldout["letter_rate"][x] > 0 for x in LETTERS) >= 3, heldout
     assert 0.05 <= heldout["pass"] <= 0.6, (REWARDED, heldout)
