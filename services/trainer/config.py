@@ -26,7 +26,7 @@ from stack.facts import (
     WEIGHT_TRANSFERS,
 )
 
-from . import reporting
+from . import precision, reporting
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
@@ -116,6 +116,8 @@ class Settings:
     train_script: str
     dtype: str
     checkpoint_root_override: str = ""
+    # TRL's max_staleness; None: derived from the batch shape (trainer/staleness.py)
+    max_staleness: int | None = None
     engine_max_model_len: int = 32768
     # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
     # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
@@ -216,6 +218,14 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         # 0 switches TRL to fixed-count micro-batches of PER_DEVICE_TRAIN_BATCH_SIZE samples.
         token_budget=r.integer("TOKEN_BUDGET", 32768, minimum=0),
         per_device_train_batch_size=r.integer("PER_DEVICE_TRAIN_BATCH_SIZE", num_generations, minimum=1),
+        max_staleness=None
+        if r.text("MAX_STALENESS", "auto").strip().lower() == "auto"
+        else r.integer(
+            "MAX_STALENESS",
+            0,
+            minimum=0,
+            fix="set a whole number of optimizer steps >= 0, or auto (4 x the steps one group spans)",
+        ),
         gradient_accumulation_steps=r.integer("GRADIENT_ACCUMULATION_STEPS", 1, minimum=1),
         save_steps=r.integer("SAVE_STEPS", 25, minimum=1, fix="set it to at least 1 (0 would never save a checkpoint)"),
         save_total_limit=r.integer("SAVE_TOTAL_LIMIT", DEFAULT_SAVE_TOTAL_LIMIT, minimum=1),
@@ -232,8 +242,9 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         evaluation=eval_from_env(r, bucket_dir),
         hub=hub_from_env(r),
         screened_tasks=r.text("SCREENED_TASKS"),
-        # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
-        dtype=r.choice("TRAIN_DTYPE", "bfloat16" if weight_transfer == "nccl" else "float32", DTYPES),
+        # The weights' and AdamW state's dtype: float32 in both forms, bfloat16 compute on the GPU
+        # (trainer/precision.py says why: bfloat16 weights do not move at LEARNING_RATE=1e-6).
+        dtype=r.choice("TRAIN_DTYPE", precision.default_weights_dtype(weight_transfer), DTYPES),
     )
     return settings, r.problems
 

@@ -11,6 +11,9 @@ per-step metrics, each averaged over the last STOP_WINDOW_STEPS logged steps tha
   group's baseline, so a run of nothing else has no signal at all.
 - zero spread (`harbor/zero_spread_frac`): groups whose scored rollouts all got the same reward: zero
   advantage, zero gradient.
+- stale (`sample/dropped_stale_frac`, trainer/limits.py): samples TRL dropped as older than max_staleness. Half of
+  them gone means paying for twice the rollouts, and the dropped ones are each group's last, so the kept
+  advantages are no longer zero-mean (trainer/staleness.py).
 
 A rule trips when its window is full and the window's mean is at or above its threshold. The caller
 then saves a checkpoint (so the run resumes by name once the cause is fixed) and stops. Windows with no
@@ -59,9 +62,21 @@ RULES = (
         "of groups with zero reward spread (no gradient)",
         "shape the reward (REWARD_KEY) or pick tasks the model solves sometimes (README, Reward)",
     ),
+    Rule(
+        "STOP_STALE_FRAC",
+        "sample/dropped_stale_frac",
+        "of samples dropped as stale (older than max_staleness)",
+        "raise MAX_STALENESS (default auto: 4 x the steps one group spans) or fit a group in fewer steps "
+        "(TOKEN_BUDGET, GRADIENT_ACCUMULATION_STEPS); trainer/staleness.py models the rule",
+    ),
 )
 
-DEFAULTS = {"STOP_FORKING_FRAC": "0.5", "STOP_UNSCORABLE_FRAC": "0.9", "STOP_ZERO_SPREAD_FRAC": "1.0"}
+DEFAULTS = {
+    "STOP_FORKING_FRAC": "0.5",
+    "STOP_UNSCORABLE_FRAC": "0.9",
+    "STOP_ZERO_SPREAD_FRAC": "1.0",
+    "STOP_STALE_FRAC": "0.5",
+}
 DEFAULT_WINDOW = 5
 
 
