@@ -4,8 +4,11 @@ The model's assumptions (trainer/staleness.py): 8 generations, 8 rollout slots, 
 (cv 0.5), 20 s per optimizer step, TRL's stamping (a group at its first dispatch) and dropping (at dequeue).
 """
 
+from stackstatus import figures
+
 from trainer import config, staleness
 from trainer.limits import DEFAULT_TURNS, DroppedSampleCounter, stale_frac
+from trainer.status import METRICS
 from trainer.stop_rules import from_env as rules_from_env
 
 
@@ -64,3 +67,9 @@ def test_a_run_that_drops_most_of_its_samples_stops():
     )
     assert "raise MAX_STALENESS" in tripped.line
     assert "STOP_STALE_FRAC" not in rules_from_env({"STOP_STALE_FRAC": "off"}).thresholds
+
+
+def test_status_json_and_scripts_status_carry_the_stale_share():
+    assert METRICS["stale_frac"] == "sample/dropped_stale_frac"
+    assert figures.stale({"stale_frac": 0.25}) == "dropped stale 25%"
+    assert figures.stale({}) == "dropped stale ?"
