@@ -1,9 +1,10 @@
 """The tiny causal LM behind the mock engine: sampling, real processed logprobs, weight updates.
 
 Logprobs are what vLLM reports with `--logprobs-mode processed_logprobs`: log_softmax of the logits
-after the request's processing (temperature, then top-k / top-p / min-p masking), i.e. the distribution
-the token was actually drawn from. A trainer recomputing log_softmax(logits / T) over the same weights
-gets the same number, which is what GRPO's importance ratio needs.
+after the request's processing (temperature, then top-k / top-p / min-p masking). A trainer recomputing
+log_softmax(logits / T) over the same weights gets the same number, which is what GRPO's importance ratio
+needs; the mock's own masking of a tool call's unsafe characters (`sample` with `banned`) changes what can be
+drawn, never what is reported.
 
 Concurrency: each request runs in its own thread; the model lock is held for one forward step at a
 time, so concurrent requests interleave token by token (a poor man's continuous batching) and a
@@ -138,8 +139,11 @@ class TinyLM:
     ) -> Generation:
         """Sample up to `s.max_tokens` tokens, ending after a token in `stop_ids` (default: end of turn).
 
-        `banned` tokens are masked before sampling, like a logits processor; the reported logprobs are
-        those of the masked distribution, the one each token was actually drawn from."""
+        `banned` tokens are masked before sampling (a banned token is never the sampled one), but the reported
+        logprobs are those of the full-vocabulary processed distribution: what the trainer scores, log_softmax of
+        logits / T over every token (TRL's ratio compares it with exactly that). Reporting the masked
+        distribution instead made every sampled token's logprob higher by the banned mass, a mismatch the
+        trainer cannot reproduce."""
         from transformers import DynamicCache
 
         stop_ids = self.eos_ids if stop_ids is None else stop_ids
@@ -150,13 +154,12 @@ class TinyLM:
         with torch.inference_mode():
             logits = self._forward(prompt_ids, cache)[-1]
             for step in range(s.max_tokens):
-                if mask is not None:
-                    logits = logits.index_fill(0, mask, -math.inf)
                 logp = self._process(logits, s)
+                drawn = logp if mask is None else self._process(logits.index_fill(0, mask, -math.inf), s)
                 if s.temperature < 1e-5:
-                    token = int(torch.argmax(logp))
+                    token = int(torch.argmax(drawn))
                 else:
-                    token = int(torch.multinomial(logp.exp(), 1, generator=rng))
+                    token = int(torch.multinomial(drawn.exp(), 1, generator=rng))
                 self._record(gen, logits, logp, token, s)
                 if token in stop_ids:
                     gen.finish_reason = "stop"

@@ -56,3 +56,9 @@ def forking(training: dict) -> str:
     if (fork or 0) > 0 or (rollouts or 0) > 0:
         line += "  (FORKING: re-rendered prompts; stop rule STOP_FORKING_FRAC reads the transitions)"
     return line
+
+
+def stale(training: dict) -> str:
+    """The share of samples TRL dropped as older than max_staleness in the last step (STOP_STALE_FRAC reads it)."""
+    frac = training.get("stale_frac")
+    return "dropped stale ?" if frac is None else f"dropped stale {100 * float(frac):.0f}%"

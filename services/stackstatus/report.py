@@ -287,7 +287,7 @@ def human(st: dict) -> str:
         lines.append(f"            {figures.forking(tr)}")
         lines.append(
             f"            unscorable {_pct(tr.get('unscorable_frac'))}  timeouts {_pct(tr.get('timeout_frac'))}"
-            f"  samples dropped over TOKEN_BUDGET {tr.get('dropped_oversize_total') or 0}"
+            f"  samples dropped over TOKEN_BUDGET {tr.get('dropped_oversize_total') or 0}  {figures.stale(tr)}"
             + (f"  ERROR: {tr['error']}" if tr.get("error") else "")
         )
         lines.append(

@@ -107,6 +107,8 @@ class Settings:
     train_script: str
     dtype: str
     checkpoint_root_override: str = ""
+    # TRL's max_staleness; None: derived from the batch shape (trainer/staleness.py)
+    max_staleness: int | None = None
     engine_max_model_len: int = 32768
     # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
     # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
@@ -187,6 +189,13 @@ FIELDS = Table(
         "samples per micro-batch when TOKEN_BUDGET=0; empty: NUM_GENERATIONS",
         minimum=1,
     ),
+    Field(
+        "MAX_STALENESS",
+        "text",
+        "auto",
+        "TRL's max_staleness in optimizer steps; auto: 4 x the steps one group spans (trainer/staleness.py)",
+        fix="set a whole number of optimizer steps >= 0, or auto (4 x the steps one group spans)",
+    ),
     Field("GRADIENT_ACCUMULATION_STEPS", "integer", 1, "micro-batches per optimizer step", minimum=1),
     Field(
         "SAVE_STEPS",
@@ -204,9 +213,13 @@ FIELDS = Table(
     Field("TRAINER_COMPILE_LAYERS", "flag", True, "regional torch.compile of the decoder layers on GPU"),
     F.DATASETS,
     Field("SCREENED_TASKS", "text", "", "train only on the tasks screening kept; empty: every task"),
-    # bf16 on GPU (what vLLM serves); the CPU form trains and serves float32.
+    # float32 weights and AdamW state in both forms; the GPU computes in bfloat16 (trainer/precision.py).
     Field(
-        "TRAIN_DTYPE", "choice", None, "trainer precision; empty: bfloat16 with nccl, float32 with mock", choices=DTYPES
+        "TRAIN_DTYPE",
+        "choice",
+        "float32",
+        "dtype of the weights and AdamW state; bfloat16 compute on the GPU",
+        choices=DTYPES,
     ),
     Field("EVAL_PASS_K", "text", "1", "comma-separated k for pass@k (pass@1 is always reported)"),
     Field("EVAL_ATTEMPTS", "integer", None, "attempts per eval task; empty: the largest k in EVAL_PASS_K", minimum=1),
@@ -226,6 +239,17 @@ FIELDS = Table(
     Field("HUB_RETRY_S", "number", 30.0, "seconds before the first retry; doubles per try", minimum=0),
     Field("HUB_FINAL_WAIT_S", "number", 1800.0, "seconds the trainer waits at exit for the final push", minimum=0),
 )
+
+
+def _max_staleness(r: Env, raw: str) -> int | None:
+    """None for auto (derived from the batch shape at start, trainer/staleness.py), else the whole number."""
+    if raw.strip().lower() == "auto":
+        return None
+    if raw.strip().isdigit():
+        return int(raw.strip())
+    return r.refuse(
+        f"MAX_STALENESS={raw!r} is not auto or a whole number: {FIELDS['MAX_STALENESS'].fix} (default auto)", None
+    )
 
 
 def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
@@ -262,6 +286,7 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         max_completion_tokens=get("MAX_OUTPUT_TOKENS"),
         token_budget=get("TOKEN_BUDGET"),
         per_device_train_batch_size=get("PER_DEVICE_TRAIN_BATCH_SIZE", num_generations),
+        max_staleness=_max_staleness(r, get("MAX_STALENESS")),
         gradient_accumulation_steps=get("GRADIENT_ACCUMULATION_STEPS"),
         save_steps=get("SAVE_STEPS"),
         save_total_limit=get("SAVE_TOTAL_LIMIT"),
@@ -278,7 +303,9 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         evaluation=eval_from_env(r, bucket_dir),
         hub=hub_from_env(r),
         screened_tasks=get("SCREENED_TASKS"),
-        dtype=get("TRAIN_DTYPE", "bfloat16" if weight_transfer == "nccl" else "float32"),
+        # The weights' and AdamW state's dtype: float32 in both forms, bfloat16 compute on the GPU
+        # (trainer/precision.py says why: bfloat16 weights do not move at LEARNING_RATE=1e-6).
+        dtype=get("TRAIN_DTYPE"),
     )
     return settings, r.problems
 

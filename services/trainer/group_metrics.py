@@ -8,7 +8,8 @@ add, with no TRL import, so the host unit suite checks the figures the stop rule
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -50,3 +51,14 @@ def add_group(rates: dict, rewards: list, tool_call_counts: list) -> None:
         add(rates, "harbor/zero_spread_frac", float(len(scored) < 2 or float(scored.std()) == 0.0))
     else:
         add(rates, "harbor/zero_spread_frac", 1.0)
+
+
+def scorable_rows(samples: Sequence) -> list:
+    """The training rows of scored rollouts only. TRL 1.16.0's `_score_group` gives an unscorable rollout (reward
+    None, stored as NaN in `metrics["reward"]`) advantage 0 and still queues its rows: they train nothing but count
+    in the loss normaliser, diluting every other row's gradient."""
+    return [s for s in samples if math.isfinite(float(s.metrics.get("reward", math.nan)))]
+
+
+def add_dropped_rows(rates: dict, total: int, kept: int) -> None:
+    add(rates, "harbor/unscorable_rows_dropped_frac", float(total - kept), float(total))

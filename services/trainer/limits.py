@@ -13,9 +13,12 @@ warning, any sample longer than `token_budget`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from .precision import SHAPES, Precision, master_weight_cost
 
 # --- what one mini-swe-agent rollout costs in tokens -------------------------------------------------------------
 #
@@ -103,6 +106,8 @@ class MemoryProfile:
     largest_measured_tokens: int
     gib_per_1k_forked_raw: float = 0.0
     settings: Mapping[str, str] = field(default_factory=dict)
+    dtype: str = "bfloat16"  # weights, gradients and AdamW state when measured
+    computed: str = ""  # what was added by arithmetic, not measured (precision.master_weight_cost)
 
     def peak_gib(self, packed_tokens: int, raw_tokens: int | None = None) -> float:
         forked = 0.0 if raw_tokens is None else self.gib_per_1k_forked_raw * raw_tokens / 1000
@@ -146,6 +151,28 @@ USABLE_FRACTION = 0.92
 BUDGET_QUANTUM = 1024
 
 
+def with_precision(profile: MemoryProfile, model: str, precision: Precision | None) -> MemoryProfile:
+    """The profile for training in `precision`: measured in bfloat16, a float32 master copy adds what
+    `precision.master_weight_cost` computes (not measured; docs/GPU-BENCHMARK.md)."""
+    if precision is None or (precision.weights == profile.dtype and not precision.autocast):
+        return profile
+    shape = SHAPES.get(model)
+    if shape is None:
+        raise UnknownModel(
+            f"no parameter shape for MODEL={model!r} in trainer/precision.py SHAPES: the memory of "
+            f"{precision.describe()} cannot be computed from the {profile.dtype} measurement"
+        )
+    cost = master_weight_cost(shape, precision, profile.dtype)
+    return dataclasses.replace(
+        profile,
+        fixed_gib=profile.fixed_gib + cost.fixed_gib,
+        gib_per_1k_tokens=profile.gib_per_1k_tokens + cost.gib_per_1k_tokens,
+        dtype=precision.weights,
+        computed=f"+{cost.fixed_gib:.1f} GiB fixed and +{cost.gib_per_1k_tokens:.3f} GiB per 1k tokens computed, "
+        f"not measured, for {precision.describe()}",
+    )
+
+
 @dataclass(frozen=True)
 class Limits:
     card_gib: float
@@ -170,6 +197,7 @@ def derive_limits(
     profiles: Mapping[str, Mapping[str, MemoryProfile]] | None = None,
     max_model_len: int | None = None,
     setting: str = GC_COMPILE,
+    precision: Precision | None = None,
 ) -> Limits:
     """From the card's memory and the model's measured profile to (max packed tokens, step limit, token budget).
 
@@ -187,6 +215,7 @@ def derive_limits(
             f"no measured memory profile for MODEL={model!r} with {setting!r} (measured: {known}); run "
             "scripts/bench-trainer-gpu with that model's config and add its line to services/trainer/limits.py"
         )
+    profile = with_precision(profile, model, precision)
     usable = card_gib * USABLE_FRACTION - RESERVED_GIB - profile.fixed_gib
     # The fit is linear to the longest row measured; past it nothing was observed, so nothing is promised.
     max_packed = max(0, min(int(usable / profile.gib_per_1k_tokens * 1000), profile.largest_measured_tokens))
@@ -215,8 +244,9 @@ def startup_report(
     """(info lines, warning lines) for the trainer's startup log. Empty warnings mean the configuration is safe."""
     info = [
         f"trainer memory: {limits.model} on a {limits.card_gib:.0f} GiB card fits packed rows of up to "
-        f"{limits.max_packed_tokens} tokens (measured {limits.profile.fixed_gib:.1f} GiB fixed + "
-        f"{limits.profile.gib_per_1k_tokens:.3f} GiB per 1k tokens on {limits.profile.measured_on})",
+        f"{limits.max_packed_tokens} tokens ({limits.profile.fixed_gib:.1f} GiB fixed + "
+        f"{limits.profile.gib_per_1k_tokens:.3f} GiB per 1k tokens: measured in bfloat16 on {limits.profile.measured_on}"
+        + (f"; {limits.profile.computed})" if limits.profile.computed else ")"),
         f"trainer memory: largest safe AGENT_STEP_LIMIT={limits.max_step_limit} (every turn at its largest size; "
         f"{limits.typical_step_limit} with average turns; bound by {limits.bound_by}), largest safe "
         f"TOKEN_BUDGET={limits.token_budget}",
@@ -265,6 +295,22 @@ DROP_KEYS = {
 }
 
 
+STALE_FRAC_KEY = "sample/dropped_stale_frac"
+
+
+def stale_frac(logs: Mapping) -> float | None:
+    """Of the samples taken off TRL's queue in this logging window, the share dropped as stale: TRL's per-window
+    `sample/dropped_stale_total` over it plus `batch/samples_per_step` (the kept ones; logging_steps=1, so one
+    step). None in a window with neither (no step: nothing to say)."""
+
+    def count(key: str) -> float:
+        value = logs.get(key)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+    dropped, kept = count("sample/dropped_stale_total"), count("batch/samples_per_step")
+    return dropped / (dropped + kept) if dropped + kept > 0 else None
+
+
 class DroppedSampleCounter:
     """Run totals of the samples TRL dropped, fed from the trainer's `logs` dicts."""
 
@@ -278,6 +324,9 @@ class DroppedSampleCounter:
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
                 self.totals[total_key] += int(round(value))
         logs.update(self.totals)
+        frac = stale_frac(logs)
+        if frac is not None:
+            logs[STALE_FRAC_KEY] = frac
         return dict(self.totals)
 
     @property

@@ -8,6 +8,10 @@ Failure semantics, which are what keep a run honest:
 
 - sandbox/verifier failure (no reward at all) -> `RolloutFailed` from `wait_for_completion`; TRL scores
   the rollout unscorable (`None`), drops it from its group's baseline, trains none of its tokens;
+- a reward that is there but unreadable (REWARD_KEY absent from an empty `rewards`, NaN, inf) or a rollout with
+  no captured model turn (it failed before its first model call: the verifier's 0 is not the policy's doing) ->
+  `verify()` returns `env_reward=None`: out of the baseline, and trainer/worker.py drops its rows (TRL 1.16.0
+  would train them at advantage 0, diluting the loss normaliser);
 - a capture with a FATAL finding (OpenEnv's `to_training_trace` refuses it, e.g. `sampling_policy_changed`
   after code in the sandbox sent a crafted request) -> `UnscorableCapture` (a `RolloutFailed`) from
   `wait_for_completion`: the same unscorable `None`, counted in `harbor/unscorable_frac` and logged with
@@ -30,6 +34,7 @@ from openenv.core.harness.training import TrainingTurn
 from openenv.harbor.contract import to_training_trace
 from openenv.harbor.models import HarborRolloutResult
 
+from . import reward as reward_mod
 from .reward import base_reward
 
 logger = logging.getLogger(__name__)
@@ -50,6 +55,11 @@ class UnscorableCapture(RolloutFailed):
 def fatal_findings(result: HarborRolloutResult) -> list[str]:
     """The findings that make OpenEnv 0.10.0's `to_training_trace` raise (it tests for "[FATAL")."""
     return [f for f in result.findings if "[FATAL" in f]
+
+
+def captured_turns(result: HarborRolloutResult) -> int:
+    """Model calls the capture holds for this rollout (agent turns with sampled tokens, not discarded)."""
+    return sum(1 for t in result.turns if t.role == "agent" and not t.discarded and t.completion_token_ids)
 
 
 def check_capture(result: HarborRolloutResult) -> None:
@@ -152,11 +162,19 @@ class HarborRolloutSession(ResourceSession):
     def verify(self, transcript, final_state=None) -> VerifyResult:
         result = self.result
         if result is None:
+            reward_mod.note_verdict(None)
             return VerifyResult(env_reward=None)
+        captured = captured_turns(result)
+        reward_mod.note_verdict(reward_mod.passed(result.reward, result.rewards) if captured else None)
         return VerifyResult(
-            env_reward=base_reward(result.reward, result.rewards, self._reward_key),
+            env_reward=base_reward(result.reward, result.rewards, self._reward_key) if captured else None,
             done=True,
-            metrics={"turns": result.n_turns, "wall_s": result.wall_s, "budget_stops": result.budget_stop_count},
+            metrics={
+                "turns": result.n_turns,
+                "captured_turns": captured,
+                "wall_s": result.wall_s,
+                "budget_stops": result.budget_stop_count,
+            },
         )
 
     def close(self) -> None:

@@ -45,6 +45,7 @@ METRICS = {
     "forked_rollout_frac": "harbor/forked_rollout_frac",
     # The run total (trainer.limits.DroppedSampleCounter); TRL logs only per-window counts.
     "dropped_oversize_total": "batch/dropped_oversize_cumulative",
+    "stale_frac": "sample/dropped_stale_frac",  # the STOP_STALE_FRAC rule's figure
     # TRL's share of turn transitions that forked: the forking stop rule's figure.
     "fork_frac": "rollout/fork_frac",
     # Where a step's time went: its wall time, and the part the trainer sat waiting for rollouts

@@ -11,6 +11,9 @@ per-step metrics, each averaged over the last STOP_WINDOW_STEPS logged steps tha
   group's baseline, so a run of nothing else has no signal at all.
 - zero spread (`harbor/zero_spread_frac`): groups whose scored rollouts all got the same reward: zero
   advantage, zero gradient.
+- stale (`sample/dropped_stale_frac`, trainer/limits.py): samples TRL dropped as older than max_staleness. Half of
+  them gone means paying for twice the rollouts, and the dropped ones are each group's last, so the kept
+  advantages are no longer zero-mean (trainer/staleness.py).
 
 A rule trips when its window is full and the window's mean is at or above its threshold. The caller
 then saves a checkpoint (so the run resumes by name once the cause is fixed) and stops. Windows with no
@@ -60,6 +63,13 @@ RULES = (
         "of groups with zero reward spread (no gradient)",
         "shape the reward (REWARD_KEY) or pick tasks the model solves sometimes (README, Reward)",
     ),
+    Rule(
+        "STOP_STALE_FRAC",
+        "sample/dropped_stale_frac",
+        "of samples dropped as stale (older than max_staleness)",
+        "raise MAX_STALENESS (default auto: 4 x the steps one group spans) or fit a group in fewer steps "
+        "(TOKEN_BUDGET, GRADIENT_ACCUMULATION_STEPS); trainer/staleness.py models the rule",
+    ),
 )
 
 # A threshold is a fraction in (0, 1] or `off`: read as text, parsed by `read` below.
@@ -67,6 +77,7 @@ FIELDS = Table(
     Field("STOP_FORKING_FRAC", "text", "0.5", "share of turn transitions forked that stops the run; off: never"),
     Field("STOP_UNSCORABLE_FRAC", "text", "0.9", "share of rollouts unscorable that stops the run; off: never"),
     Field("STOP_ZERO_SPREAD_FRAC", "text", "1.0", "share of zero-spread groups that stops the run; off: never"),
+    Field("STOP_STALE_FRAC", "text", "0.5", "share of samples dropped as stale that stops the run; off: never"),
     Field(
         "STOP_WINDOW_STEPS",
         "integer",

@@ -21,7 +21,7 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
-from . import healthcheck, hooks, reporting, stop, weights
+from . import healthcheck, hooks, precision, reporting, staleness, stop, weights
 from .config import Settings
 from .factory import HarborSessionFactory, runner_from_settings
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
@@ -116,6 +116,14 @@ def run(s: Settings, runner=None, rules: StopRules | None = None) -> None:
         flush=True,
     )
     print(f"trainer: {rules.describe()}", flush=True)
+    chosen = precision.choose(s.weight_transfer, s.dtype)
+    print(
+        f"trainer: {chosen.describe()} at learning rate {s.learning_rate:g}; max_staleness "
+        f"{staleness.max_staleness_for(s)} steps" + ("" if s.max_staleness is not None else " (auto)"),
+        flush=True,
+    )
+    if precision.warning(chosen, s.learning_rate):
+        print(f"WARNING {precision.warning(chosen, s.learning_rate)}", flush=True)
     try:
         _train(s, runner, status, resume, rules)
     except stop.StopRequested as exc:
@@ -186,7 +194,9 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
     if trainer.weight_transfer is not None:
         # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag);
         # wrapping TRL's own client (or the mock's) reports the first sync and names its transport on failure.
-        trainer.weight_transfer = weights.FirstSync(trainer.weight_transfer, s.weight_transfer, os.environ)
+        served = weights.ServedVersion(trainer.weight_transfer, s.engine_url)
+        trainer.weight_transfer = weights.FirstSync(served, s.weight_transfer, os.environ)
+        trainer.callback_handler.callbacks.insert(0, served.callback())
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
     trainer.callback_handler.callbacks.insert(0, dropped.callback())
@@ -245,8 +255,8 @@ def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args):
         logging_steps=1,
         report_to=report_to,
         **report_args,
-        dtype=s.dtype,
-        bf16=s.dtype == "bfloat16",
+        **precision.choose(s.weight_transfer, s.dtype).trl_kwargs(),
+        max_staleness=staleness.max_staleness_for(s),
         gradient_checkpointing=not cpu,
     )
     tokenizer = AutoTokenizer.from_pretrained(s.model)
@@ -299,7 +309,11 @@ def _report_memory_limits(s: Settings, card_gib: float) -> None:
     a warning when the configuration exceeds them. Printed before the first rollout group is paid for."""
     try:
         limits = derive_limits(
-            card_gib, s.model, max_model_len=s.engine_max_model_len, setting=GC_COMPILE if s.compile_layers else GC
+            card_gib,
+            s.model,
+            max_model_len=s.engine_max_model_len,
+            setting=GC_COMPILE if s.compile_layers else GC,
+            precision=precision.choose(s.weight_transfer, s.dtype),
         )
     except UnknownModel as exc:
         print(f"trainer memory: {exc}", flush=True)

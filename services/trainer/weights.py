@@ -9,6 +9,9 @@ sees of the first sync.
   methods AsyncGRPO calls (`init_weight_transfer/pause/send_weights/resume/destroy`). Same trainer code
   otherwise.
 
+After every push `ServedVersion` asks the engine which weights it serves (`served_version`), so a push that did
+not land is a logged figure (`weights/engine_stale`), not a silent off-policy stretch.
+
 Whichever backend, `FirstSync` wraps it: the first sync is where a wrong transport shows (every later
 sync repeats what worked), so it is timed and printed, and its failure becomes one line that names the
 transport setting instead of a TRL traceback ending in "unhandled cuda error".
@@ -16,8 +19,13 @@ transport setting instead of a TRL traceback ending in "unhandled cuda error".
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
+
+import httpx
+
+logger = logging.getLogger(__name__)
 
 # What decides the NCCL transport and rendezvous; compose sets them identically on both containers.
 TRANSPORT_VARS = ("NCCL_P2P_DISABLE", "NCCL_CUMEM_ENABLE", "VLLM_HOST_IP", "NCCL_SOCKET_IFNAME")
@@ -138,3 +146,104 @@ class FirstSync:
 
     def destroy(self) -> None:
         self.inner.destroy()
+
+
+# --- which weights the engine serves after a push ---------------------------------------------------------------
+
+
+def served_version(engine_url: str, timeout_s: float = 10.0) -> tuple[int | None, bool | None]:
+    """(weight version the engine reports, whether it is paused), None where it does not say.
+
+    The mock engine counts the weight updates it swapped in (`/mock/weight_manifest` -> `weight_version`,
+    mock_engine/lm.py `finish_update`). vLLM 0.31's dev routes (VLLM_SERVER_DEV_MODE=1) report no weight version;
+    what they do report is `/is_paused`, and an engine still paused after `resume()` serves nothing new.
+    """
+    base = engine_url.rstrip("/")
+    version = paused = None
+    try:
+        resp = httpx.get(f"{base}/mock/weight_manifest", timeout=timeout_s)
+        if resp.status_code == 200:
+            version = int(resp.json()["weight_version"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        resp = httpx.get(f"{base}/is_paused", timeout=timeout_s)
+        if resp.status_code == 200:
+            paused = bool(resp.json()["is_paused"])
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        pass
+    return version, paused
+
+
+class ServedVersion:
+    """Any weight-transfer backend; after each `resume()` the engine is asked what it serves.
+
+    TRL 1.16.0 bumps its policy version right after `resume()` (`_sync_weight_merged`), and every rollout started
+    after that counts as the new version. When the engine did not take the push (its version did not move by one,
+    or it is still paused), those rollouts were sampled from the OLD weights: `stale` turns 1 and `lag` says by how
+    many pushes, and the trainer logs both (`weights/engine_stale`, `weights/engine_version_lag`) every step.
+    """
+
+    def __init__(self, inner, engine_url: str, probe: Callable[[str], tuple[int | None, bool | None]] = served_version):
+        self.inner = inner
+        self.engine_url = engine_url
+        self.probe = probe
+        self.pushes = 0
+        self.base: int | None = None  # the engine's version after the first push
+        self.served: int | None = None
+        self.lag: int | None = None
+        self.stale: float | None = None
+
+    def init_weight_transfer(self) -> None:
+        self.inner.init_weight_transfer()
+
+    def pause(self) -> None:
+        self.inner.pause()
+
+    def send_weights(self, iterator) -> None:
+        self.inner.send_weights(iterator)
+
+    def resume(self) -> None:
+        self.inner.resume()
+        self.pushes += 1
+        version, paused = self.probe(self.engine_url)
+        if version is not None:
+            if self.base is None:
+                self.base = version - (self.pushes - 1)
+            self.served = version
+            self.lag = self.base + self.pushes - 1 - version
+        stale = bool(self.lag) or paused is True
+        self.stale = float(stale) if (version is not None or paused is not None) else None
+        if stale:
+            logger.warning(
+                "weight push %d: the engine serves version %s (expected %s)%s; rollouts started now are sampled "
+                "from older weights than TRL's version says",
+                self.pushes,
+                version,
+                None if self.base is None else self.base + self.pushes - 1,
+                ", and it is still paused" if paused else "",
+            )
+
+    def destroy(self) -> None:
+        self.inner.destroy()
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        if self.stale is not None:
+            out["weights/engine_stale"] = self.stale
+        if self.lag is not None:
+            out["weights/engine_version_lag"] = float(self.lag)
+        return out
+
+    def callback(self):
+        """A transformers `TrainerCallback` writing `metrics()` into every logged step."""
+        from transformers import TrainerCallback
+
+        served = self
+
+        class _ServedVersionCallback(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs is not None:
+                    logs.update(served.metrics())
+
+        return _ServedVersionCallback()

@@ -25,7 +25,7 @@ import time
 from trl.experimental.async_grpo import async_rollout_worker
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from . import group_metrics, stop
+from . import group_metrics, reward, stop
 from .rollout_gate import StartGate
 
 logger = logging.getLogger("trainer")
@@ -63,8 +63,14 @@ class HarborRolloutLoop(_HarnessRolloutLoop):
         )
 
     async def _score_group(self, group):
+        # The bonus only where the group's verdicts differ (trainer/reward.py), before TRL normalises.
+        group.rollout_rewards = reward.group_rewards(group.rollout_rewards)
         group_metrics.add_group(self._rates, group.rollout_rewards, group.tool_call_counts)
-        return await super()._score_group(group)
+        samples = await super()._score_group(group)
+        kept = group_metrics.scorable_rows(samples)
+        if samples:
+            group_metrics.add_dropped_rows(self._rates, len(samples), len(kept))
+        return kept
 
 
 class HarborRolloutWorker(HarnessRolloutWorker):

@@ -78,4 +78,4 @@ def test_a_drifted_default_is_caught():
     assert states_default(FIELDS["LEARNING_RATE"], "1e-6") and states_default(
         FIELDS["DATASETS"], "/app/datasets/starter"
     )
-    assert states_default(FIELDS["TRAIN_DTYPE"], "") and not states_default(FIELDS["TRAIN_DTYPE"], "float32")
+    assert states_default(FIELDS["TRAIN_DTYPE"], "float32") and not states_default(FIELDS["TRAIN_DTYPE"], "bfloat16")

@@ -11,11 +11,15 @@ from trainer import config
 def test_defaults_are_stated_and_engine_url_is_the_root(tmp_path):
     s = config.from_env({"BUCKET_DIR": str(tmp_path)})
     assert (s.engine_url, s.llm_url) == ("http://127.0.0.1:8001", "http://127.0.0.1:8001/v1")
-    assert s.agent_step_limit == 12 and s.weight_transfer == "nccl" and s.dtype == "bfloat16"
+    assert s.agent_step_limit == 12 and s.weight_transfer == "nccl" and s.dtype == "float32"
     assert s.evaluation.pass_k == (1,) and s.evaluation.attempts == 1 and s.evaluation.concurrency == 4
     assert s.evaluation.baseline == f"{tmp_path}/evals/baseline/eval.json"
     assert s.hub.private is True and s.hub.push_checkpoints is False and s.hub.attempts == 5
     assert config.from_env({"WEIGHT_TRANSFER": "mock"}).dtype == "float32"
+    assert s.max_staleness is None  # auto: trainer/staleness.py derives it from the batch shape
+    assert config.from_env({"MAX_STALENESS": "7"}).max_staleness == 7
+    with pytest.raises(EnvError, match="MAX_STALENESS='-1'"):
+        config.from_env({"MAX_STALENESS": "-1"})
 
 
 def test_pass_at_k_needs_enough_attempts():

@@ -8,10 +8,12 @@ import pickle
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
-from trainer import config
+from trainer import config, group_metrics
+from trainer import reward as reward_mod
 from trainer.factory import HarborSessionFactory, TaskRef, prompt_row, task_ref_from_prompt
 from trainer.reward import HarborReward, RewardKeyMissing, base_reward
 from trainer.session import RolloutFailed, mask_zero_filled
@@ -141,17 +143,74 @@ def test_reward_key_selects_a_component():
         base_reward(1.0, {"style": 1.0}, "tests")
 
 
-def test_tool_efficiency_bonus_only_when_correct():
+def scored(reward_fn, base, calls, verdict):
+    """What TRL's `_run_session` does: the session's verify() (here: its verdict) then the reward function."""
+    reward_mod.note_verdict(verdict)
+    return reward_fn(SimpleNamespace(env_reward=base, tool_call_count=calls))
+
+
+def test_tool_efficiency_bonus_only_on_a_passed_verdict():
     reward = HarborReward(tool_efficiency_bonus=0.1, step_limit=10)
+    assert scored(reward, 1.0, 2, True) == pytest.approx(1.08)
+    assert scored(reward, 1.0, 12, True) == 1.0  # over budget: no bonus, never a penalty
+    assert scored(reward, 0.0, 1, False) == 0.0  # wrong and brief earns nothing
+    assert scored(reward, 1.0, 1, False) == 1.0  # a partial-credit key at 1.0 whose suite verdict is "failed"
+    assert scored(reward, 1.0, 1, None) == 1.0  # no verdict to read: no bonus
+    assert scored(reward, None, 1, True) is None  # unscorable stays None, never 0
+    assert scored(reward, float("nan"), 1, True) is None
+    assert reward(SimpleNamespace(env_reward=1.0, tool_call_count=1)) == 1.0  # a verdict is used once
 
-    def outcome(r, calls):
-        return SimpleNamespace(env_reward=r, tool_call_count=calls)
 
-    assert reward(outcome(1.0, 2)) == pytest.approx(1.08)
-    assert reward(outcome(1.0, 12)) == 1.0  # over budget: no bonus, never a penalty
-    assert reward(outcome(0.0, 1)) == 0.0  # wrong and brief earns nothing
-    assert reward(outcome(0.5, 1)) == 0.5  # partial credit is not "correct"
-    assert reward(outcome(None, 1)) is None  # unscorable stays None, never 0
+def test_the_verdict_is_the_suites_pass_fail_not_the_reward_key():
+    assert reward_mod.passed(1.0, {}) is True and reward_mod.passed(0.0, {}) is False
+    assert reward_mod.passed(1.0, {"passed": 0.0, "tests": 1.0}) is False  # the suite's explicit component wins
+    assert reward_mod.passed(0.6, {}) is None  # a partial score is not a verdict
+    assert reward_mod.passed(None, {"tests": 1.0}) is None
+    session, _ = session_for(result(reward=1.0, rewards={"tests": 0.4}), reward_key="tests")
+    session.wait_for_completion()
+    assert session.verify([]).env_reward == 0.4 and reward_mod.take_verdict() is True
+
+
+def trl_advantages(rewards):
+    """TRL 1.16.0 `_score_group`'s normalisation over the scored rollouts: (r - mean) / (std + 1e-8)."""
+    values = np.array(rewards, dtype=float)
+    return (values - values.mean()) / (values.std() + 1e-8)
+
+
+def test_an_all_correct_group_gets_no_bonus_spread_and_a_mixed_group_keeps_correct_above_wrong():
+    reward = HarborReward(tool_efficiency_bonus=0.1, step_limit=30)
+    calls = [3, 5, 8, 10, 12, 15, 20, 29]  # the issue's group: advantages +1.22 .. -2.04 on main
+    per_rollout = [scored(reward, 1.0, n, True) for n in calls]
+    before = trl_advantages([float(r) for r in per_rollout])  # what main handed TRL: base + bonus
+    after = trl_advantages(reward_mod.group_rewards(per_rollout))
+    print(f"all-correct group, tool calls {calls}: advantages {np.round(before, 2)} -> {np.round(after, 2)}")
+    assert round(before[0], 2) == 1.22 and round(before[-1], 2) == -2.04
+    assert np.all(after == 0.0)
+    # Mixed: 4 passed (3..29 calls), 4 failed. Every passed rollout stays above every failed one; the bonus only
+    # orders the passed ones, by at most 0.1 / std of the group in advantage.
+    mixed = [scored(reward, 1.0, n, True) for n in (3, 10, 15, 29)] + [scored(reward, 0.0, n, False) for n in calls[:4]]
+    adv = trl_advantages(reward_mod.group_rewards(mixed))
+    assert adv[:4].min() > adv[4:].max()
+    assert adv[0] > adv[3]  # the brief correct solution ranks above the long one
+    assert adv[:4].max() - adv[:4].min() <= 0.1 * (1 - 3 / 30) / np.std(reward_mod.group_rewards(mixed)) + 1e-9
+    assert reward_mod.group_rewards([None, per_rollout[0]]) == [None, 1.0]
+
+
+def test_unreadable_rewards_and_rollouts_with_no_model_call_are_unscorable():
+    for bad in (float("nan"), float("inf")):
+        session, _ = session_for(result(reward=bad))
+        session.wait_for_completion()
+        assert session.verify([]).env_reward is None
+    # A rollout that failed before its first model call: the verifier's 0 is not the policy's doing.
+    session, _ = session_for(result(reward=0.0, turns=[]))
+    session.wait_for_completion()
+    assert session.verify([]).env_reward is None and reward_mod.take_verdict() is None
+
+
+def test_rows_of_unscorable_rollouts_are_not_trained():
+    rows = [SimpleNamespace(metrics={"reward": r}) for r in (1.0, float("nan"), 0.0, float("nan"))]
+    kept = group_metrics.scorable_rows(rows)
+    assert [r.metrics["reward"] for r in kept] == [1.0, 0.0]
 
 
 def test_what_the_worker_sends_to_its_child_pickles():

@@ -74,7 +74,9 @@ def test_off_disables_a_rule():
     rules = from_env({"STOP_FORKING_FRAC": "off", "STOP_WINDOW_STEPS": "1"})
     assert "STOP_FORKING_FRAC" not in rules.thresholds
     assert rules.observe(1, {"rollout/fork_frac": 1.0}) is None
-    assert rules.describe() == "stop rules over 1 steps: STOP_UNSCORABLE_FRAC=0.9, STOP_ZERO_SPREAD_FRAC=1"
+    assert rules.describe() == (
+        "stop rules over 1 steps: STOP_UNSCORABLE_FRAC=0.9, STOP_ZERO_SPREAD_FRAC=1, STOP_STALE_FRAC=0.5"
+    )
 
 
 @pytest.mark.parametrize(
