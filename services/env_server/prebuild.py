@@ -170,13 +170,16 @@ def targets(task_dirs: Iterable[Path]) -> list[Target]:
     return list(found.values())
 
 
-def _environment(environment_dir: Path, name: str, session_id: str, env_config: Any) -> Any:
+def _environment(
+    environment_dir: Path, name: str, session_id: str, env_config: Any, trial_dir: Path | None = None
+) -> Any:
     """Harbor's DockerEnvironment for a task, as a trial makes it (harbor/trial/trial.py: environment_dir,
-    environment_name=task.short_name, task_env_config), with throwaway trial folders (a build mounts none)."""
+    environment_name=task.short_name, task_env_config), with throwaway trial folders under `trial_dir` (a
+    build mounts none); without one, a new temporary folder the caller leaves behind."""
     from harbor.environments.docker.docker import DockerEnvironment
     from harbor.models.trial.paths import TrialPaths
 
-    trial_dir = Path(tempfile.mkdtemp(prefix="asyncgrpo-prebuild-"))
+    trial_dir = trial_dir or Path(tempfile.mkdtemp(prefix="asyncgrpo-prebuild-"))
     return DockerEnvironment(
         environment_dir=environment_dir,
         environment_name=name,
@@ -192,13 +195,16 @@ def harbor_build(prefix: str) -> Callable[[Target], None]:
     stack (`<prefix>-<task>-prebuild__env`, the trial naming sandboxes.py describes)."""
 
     def build(target: Target) -> None:
-        env = _environment(
-            target.environment_dir,
-            target.names[0],
-            f"{prefix}-{target.names[0]}-prebuild__env",
-            target.env_config,
-        )
-        asyncio.run(env._run_docker_compose_command(["build"]))
+        # Removed once built: one folder per task image and env-server start otherwise.
+        with tempfile.TemporaryDirectory(prefix="asyncgrpo-prebuild-") as trial_dir:
+            env = _environment(
+                target.environment_dir,
+                target.names[0],
+                f"{prefix}-{target.names[0]}-prebuild__env",
+                target.env_config,
+                Path(trial_dir),
+            )
+            asyncio.run(env._run_docker_compose_command(["build"]))
 
     return build
 

@@ -38,6 +38,10 @@ def describe_engine(f: dict) -> str:
         return "?" if f.get(key) is None else f"{f[key]:.0f}"
 
     kv = "?" if f.get("kv_cache_usage") is None else f"{100 * f['kv_cache_usage']:.0f}%"
+    if f.get("running") == 0 and f.get("waiting") == 0:
+        # Nothing runs or waits: tokens counted between the two scrapes are the engine healthcheck's own probe
+        # (engine.probe generates every interval), which read as "10.0 tok/s generated" after a run ended.
+        return f"engine 0 running, 0 waiting, KV cache {kv}, idle"
     tok = "?" if f.get("generation_tok_s") is None else f"{f['generation_tok_s']:.1f}"
     return f"engine {n('running')} running, {n('waiting')} waiting, KV cache {kv}, {tok} tok/s generated"
 

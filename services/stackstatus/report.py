@@ -34,6 +34,8 @@ from .verdict import verdict
 SCRAPE_INTERVAL_S = 1.0
 
 SERVICES = ["preflight", "engine", "env-server", "tunnel", "tunnel-check", "trainer"]
+# The services whose job ends: exit 0 is their success, where for the others it is a stop.
+RUN_TO_COMPLETION = {"preflight", "trainer"}
 # The only service settings status reads, besides the *_PORT ones: the model the operator accepted with
 # unproven logprobs (a model id, not a secret). The engine's healthcheck judges with it, so status must too.
 SHARED_SETTINGS = (UNPROVEN_OK,)
@@ -213,6 +215,7 @@ def collect(project: str) -> dict:
             (bool(st["tunnel"].get("trusted")), st["tunnel"].get("untrusted_reason") or ""),
             st["tunnel"].get("edge_connections"),
             st["env_server"].get("inflight", "?"),
+            trainer=(svc.get("trainer") or {}).get("state"),
         )
     return st
 
@@ -239,11 +242,7 @@ def human(st: dict) -> str:
         if s is None:
             lines.append(f"  {name:<13} -")
             continue
-        state = s["state"] + (f" (exit {s['exit_code']})" if s["exit_code"] is not None else "")
-        health = s["health"] or ""
-        lines.append(f"  {name:<13} {state:<14} {health}")
-        if health == "unhealthy" and s["last_health_output"]:
-            lines.append(f"  {'':<13} └ {s['last_health_output'].splitlines()[-1]}")
+        lines += service_lines(name, s, st["training"].get("state"))
     t = st["tunnel"]
     edge = "" if t.get("edge_connections") is None else f", {t['edge_connections']:.0f} edge connections"
     if t.get("state") == "verified" and not t.get("trusted"):
@@ -304,6 +303,23 @@ def human(st: dict) -> str:
     if st.get("verdict"):
         lines.append(f"\n{st['verdict']}")
     return "\n".join(lines)
+
+
+def service_lines(name: str, s: dict, run_state: str | None) -> list[str]:
+    """A service's row, and under it why its healthcheck fails. Health only for a running container: Docker
+    keeps the last health status and probe output of an exited one, so a trainer that finished cleanly
+    read `exited (exit 0) unhealthy` (its healthcheck failed once the run's status stopped moving)."""
+    state = s["state"]
+    if state == "exited" and s["exit_code"] == 0 and name in RUN_TO_COMPLETION:
+        # The trainer also exits 0 when SIGTERM stopped it after saving: its status file tells the two apart.
+        state = "stopped" if name == "trainer" and run_state in ("stopped", "stopped-by-rule") else "finished"
+    if s["exit_code"] is not None:
+        state += f" (exit {s['exit_code']})"
+    health = (s["health"] or "") if s["state"] == "running" else ""
+    lines = [f"  {name:<13} {state:<17} {health}".rstrip()]
+    if health == "unhealthy" and s["last_health_output"]:
+        lines.append(f"  {'':<13} └ {s['last_health_output'].splitlines()[-1]}")
+    return lines
 
 
 def _eval(doc: dict | None) -> str:

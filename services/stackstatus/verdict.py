@@ -21,7 +21,16 @@ KV_FULL = 0.9
 WAIT_SHARE = 0.5
 
 
-def verdict(training: dict, engine: dict, trust: tuple[bool, str], edge_connections: float | None, inflight) -> str:
+def verdict(
+    training: dict,
+    engine: dict,
+    trust: tuple[bool, str],
+    edge_connections: float | None,
+    inflight,
+    trainer: str | None = None,
+) -> str:
+    """`trainer` is the trainer container's Docker state (None: no container), for the time before the run
+    writes its status file."""
     trusted, why = trust
     eng = describe_engine(engine)
     if not trusted:
@@ -39,9 +48,18 @@ def verdict(training: dict, engine: dict, trust: tuple[bool, str], edge_connecti
         return f"verdict: trainer finished at step {training.get('step')}; its last step was " + (
             bound or f"not timed; {eng}"
         )
-    return "verdict: " + (
-        bound or f"no step timed yet (trainer {state or 'not started'}); {eng}; {inflight} sandboxes in flight"
-    )
+    if bound:
+        return "verdict: " + bound
+    if training.get("step"):
+        # TRL 1.16.0 times a step from the end of the one before (AsyncGRPOTrainer._log_step_metrics): the
+        # first step done has no perf/step_s; step 2 is the first timed.
+        return (
+            f"verdict: step {training['step']}/{training.get('max_steps', '?')} done, not timed yet (a step is timed"
+            f" from the end of the one before); {eng}; {inflight} sandboxes in flight"
+        )
+    if not state:
+        state = "starting (no status file yet)" if trainer == "running" else "not started"
+    return f"verdict: no step timed yet: trainer {state}; {eng}; {inflight} sandboxes in flight"
 
 
 def _where(training: dict, engine: dict, eng: str, inflight) -> str | None:

@@ -49,20 +49,39 @@ class Attempt:
         return self.reward is not None and self.reward >= CORRECT_AT
 
 
-def select_tasks(rows: Sequence[dict], splits: Sequence[str], max_tasks: int = 0) -> list[tuple[TaskRef, str]]:
-    """The tasks of `splits` (env server split names), in the server's order, at most `max_tasks`."""
+def resolve_splits(rows: Sequence[dict], splits: Sequence[str]) -> list[str]:
+    """`splits` as the env server names them. The server names a local split by its path in its container
+    (`/app/datasets/starter`); a split may also be asked for by its folder name (`starter`) when exactly one
+    served split has that name. Nothing matched, or a name two splits share: the error lists what is served."""
     if not splits:
         raise ValueError(
             "no evaluation split: set EVAL_DATASETS (a dataset the env server serves; keep it out of DATASETS so "
             "it is held out) or pass --split"
         )
     served = sorted({task_ref_from_prompt(r["prompt"]).split for r in rows})
-    unknown = [s for s in splits if s not in served]
+    resolved, unknown = [], []
+    for split in splits:
+        named = [s for s in served if Path(s).name == split.rstrip("/")]
+        if split in served:
+            resolved.append(split)
+        elif len(named) == 1:
+            resolved.append(named[0])
+        else:
+            unknown.append(split)
     if unknown:
+        shared = [u for u in unknown if sum(Path(s).name == u.rstrip("/") for s in served) > 1]
         raise ValueError(
             f"evaluation split(s) {unknown} are not served by the env server (it serves {served}): add them to "
             "EVAL_DATASETS, which the env server also serves, and restart env-server"
+            + (f"; {shared} name more than one served split: give the full name" if shared else "")
         )
+    return resolved
+
+
+def select_tasks(rows: Sequence[dict], splits: Sequence[str], max_tasks: int = 0) -> list[tuple[TaskRef, str]]:
+    """The tasks of `splits` (env server split names, or unambiguous folder names: resolve_splits), in the
+    server's order, at most `max_tasks`."""
+    splits = resolve_splits(rows, splits)
     picked = []
     for row in rows:
         ref = task_ref_from_prompt(row["prompt"])
@@ -207,7 +226,7 @@ def write_report(doc: dict, folder: Path, stem: str = "eval") -> Path:
 def evaluate(runner: Any, rows: Sequence[dict], s: Any, *, label: str, splits: Sequence[str] = ()) -> dict:
     """Run the evaluation described by settings `s` (trainer.config.Settings) and return its document."""
     e = s.evaluation
-    splits = list(splits or e.datasets)
+    splits = resolve_splits(rows, list(splits or e.datasets))
     tasks = select_tasks(rows, splits, e.max_tasks)
     started = time.time()
     attempts = run_attempts(runner, tasks, e.attempts, e.sampling, e.concurrency, s.reward_key)
@@ -231,10 +250,15 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
     """`runner`: the env server's (default), or a test's stand-in for it."""
     parser = argparse.ArgumentParser(
         prog="python -m trainer.evaluate",
-        description="Evaluate what the engine serves on held-out tasks (pass@k with a 95%% CI); "
+        description="Evaluate what the engine serves on held-out tasks (pass@k with a 95% CI); "
         "writes <bucket>/evals/<name>/eval.json and eval.md",
     )
-    parser.add_argument("--split", action="append", default=[], help="split to evaluate (default: EVAL_DATASETS)")
+    parser.add_argument(
+        "--split",
+        action="append",
+        default=[],
+        help="split to evaluate, by the env server's name or its folder name, e.g. starter (default: EVAL_DATASETS)",
+    )
     parser.add_argument("--name", default="baseline", help="folder under <bucket>/evals (default: baseline)")
     parser.add_argument("--label", default="", help="what is being evaluated, for the tables (default: base <MODEL>)")
     args = parser.parse_args(argv)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import tempfile
 import time
 
@@ -40,8 +41,12 @@ class StartGate:
 
     def close(self) -> None:
         """The run stops before training started: a child still waiting leaves without a rollout."""
-        if not os.path.exists(self.path):
+        if not os.path.exists(self.path) and os.path.isdir(os.path.dirname(self.path)):
             self._write({"go": False})
+
+    def remove(self) -> None:
+        """The creator's part, once no child reads the gate: its folder goes (one per trainer start)."""
+        shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
     def wait(self, poll_s: float = 0.2) -> int | None:
         """In the child: the start index once the gate opens; None when it was closed or the parent died

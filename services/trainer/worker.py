@@ -123,7 +123,18 @@ class HarborRolloutWorker(HarnessRolloutWorker):
     def stop(self) -> None:
         if self._gate is not None:
             self._gate.close()  # a child still at the gate (stopped before training) leaves at once
-        super().stop()
+        try:
+            super().stop()
+        finally:
+            # The child reads the gate until it leaves, and one still being spawned has yet to read it: removed
+            # only once neither can happen. With the child gone, the spawn's ready-wait (TRL 1.16.0 start(),
+            # which polls the child's liveness every second) ends within a second. Called twice per run (TRL's
+            # loop, then train.py): the second finds nothing to remove.
+            if self._prestart is not None:
+                self._prestart.join(timeout=5)
+            if self._gate is not None and not (self._prestart is not None and self._prestart.is_alive()):
+                self._gate.remove()
+                self._gate = None
 
     def check_health(self, stale_after_s: float) -> None:
         # TRL calls this every 5 s while the trainer waits for rollouts: the safe point to stop at on

@@ -240,11 +240,9 @@ def test_the_rendezvous_stays_on_loopback_whatever_the_env_file_says():
         assert (env["VLLM_HOST_IP"], env["NCCL_SOCKET_IFNAME"]) == ("127.0.0.1", "lo"), name
 
 
-# Every service that runs the trainer image, and the form each compose file builds it in.
+# Every service that runs the trainer image; preflight, the first to run, is the one that builds it.
 TRAINER_IMAGE_SERVICES = {"preflight", "trainer", "dashboard"}
-
-
-@pytest.mark.parametrize(
+FORMS = pytest.mark.parametrize(
     ("files", "form", "base"),
     [
         (COMPOSE_FILES[:1], "gpu", "vllm/vllm-openai:"),
@@ -252,20 +250,46 @@ TRAINER_IMAGE_SERVICES = {"preflight", "trainer", "dashboard"}
     ],
     ids=["production", "cpu"],
 )
+
+
+def _every_service(files):
+    return compose_config(*files, env={"COMPOSE_PROFILES": "cloudflared,dashboard"})["services"]
+
+
+@FORMS
 def test_the_trainer_image_form_is_a_build_argument(files, form, base):
     """The trainer Dockerfile does not guess its form from the base: a vLLM base whose Python it did not
     find once became a CPU image without vllm. Each compose file states the form with the base it pairs."""
-    cfg = compose_config(*files, env={"COMPOSE_PROFILES": "cloudflared,dashboard"})
+    services = _every_service(files)
     built = {
         name: svc["build"]
-        for name, svc in cfg["services"].items()
+        for name, svc in services.items()
         if (svc.get("build") or {}).get("dockerfile") == "images/trainer/Dockerfile"
     }
-    assert set(built) == TRAINER_IMAGE_SERVICES
-    for name, build in built.items():
-        args = build.get("args") or {}
-        assert args.get("TRAINER_FORM") == form, f"{name}: TRAINER_FORM={args.get('TRAINER_FORM')!r}, want {form!r}"
-        assert args.get("BASE_IMAGE", "").startswith(base), f"{name}: the {form} form builds FROM {base}*"
+    assert set(built) == {"preflight"}
+    args = built["preflight"].get("args") or {}
+    assert args.get("TRAINER_FORM") == form, f"TRAINER_FORM={args.get('TRAINER_FORM')!r}, want {form!r}"
+    assert args.get("BASE_IMAGE", "").startswith(base), f"the {form} form builds FROM {base}*"
+
+
+@FORMS
+def test_each_image_is_built_by_one_service(files, form, base):
+    """Two services building one tag build it twice, and the first build is left dangling (5.8 GB for the
+    trainer image). The others run the tag as built and never look for it on a registry, where any
+    `asyncgrpo-harbor/trainer:local` found would be someone else's image."""
+    services = _every_service(files)
+    builders: dict[str, list[str]] = {}
+    for name, svc in services.items():
+        if svc.get("build"):
+            builders.setdefault(svc["image"], []).append(name)
+    assert {image: names for image, names in builders.items() if len(names) > 1} == {}
+    assert {name for name, svc in services.items() if svc["image"].startswith("asyncgrpo-harbor/trainer:")} == (
+        TRAINER_IMAGE_SERVICES
+    )
+    for name in TRAINER_IMAGE_SERVICES - {"preflight"}:
+        assert services[name].get("pull_policy") == "never", name
+    # `up` and `run trainer` alike bring preflight, and with it the image's build, first.
+    assert "preflight" in services["trainer"]["depends_on"]
 
 
 def test_the_trainer_dockerfile_decides_its_form_by_the_argument_only():

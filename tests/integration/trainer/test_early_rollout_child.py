@@ -85,6 +85,7 @@ def test_the_early_child_waits_for_start_then_starts_at_the_resume_position(toke
     worker = make_worker(tokenizer, record)
     try:
         worker.prestart()
+        gate_folder = Path(worker._gate.path).parent
         wait_for(worker._child_ready_event.is_set, 240, "the child's ready signal (it imports TRL first)")
         time.sleep(2.0)
         assert recorded(record) == []  # ready, held at the gate: no rollout before TRL's start()
@@ -97,12 +98,15 @@ def test_the_early_child_waits_for_start_then_starts_at_the_resume_position(toke
     finally:
         worker.stop()
     assert worker._process is None
+    assert not gate_folder.exists()  # the gate's folder goes with the worker's stop
+    worker.stop()  # train.py stops it again after TRL did: nothing left to do, nothing raised
 
 
 def test_a_run_stopped_before_training_releases_the_early_child_without_a_rollout(tokenizer, tmp_path):
     record = tmp_path / "record"
     worker = make_worker(tokenizer, record)
     worker.prestart()
+    gate_folder = Path(worker._gate.path).parent
     wait_for(worker._child_ready_event.is_set, 240, "the child's ready signal")
     process = worker._process
     t0 = time.monotonic()
@@ -110,3 +114,4 @@ def test_a_run_stopped_before_training_releases_the_early_child_without_a_rollou
     assert not process.is_alive() and process.exitcode == 0, process.exitcode  # it left; not terminated
     assert time.monotonic() - t0 < 10
     assert recorded(record) == []
+    assert not gate_folder.exists()

@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from env_server.prebuild import Prebuilds, Target, begin
 
 
@@ -155,3 +157,37 @@ def test_no_more_builds_at_once_than_the_concurrency():
     builds.release[other].set()
     prebuilds.join(10)
     assert prebuilds.outcomes == {"a": "built", "b": "built"}
+
+
+def test_a_builds_throwaway_trial_folder_is_removed_once_built(monkeypatch, tmp_path):
+    """harbor_build hands Harbor a trial folder (a build mounts none) and removes it after the build, built
+    or failed: a folder per task image and env-server start was left in /tmp. Harbor's DockerEnvironment is
+    replaced by a recorder (no Harbor on the host; the real build runs in test_prebuild_in_harbor.py)."""
+    from env_server import prebuild
+
+    monkeypatch.setattr(prebuild.tempfile, "tempdir", str(tmp_path))
+    seen = []
+
+    class Recorder:
+        def __init__(self, fail: bool):
+            self.fail = fail
+
+        async def _run_docker_compose_command(self, args):
+            seen.append((args, sorted(p.name for p in tmp_path.iterdir())))
+            if self.fail:
+                raise RuntimeError("docker compose build failed")
+
+    def environment(environment_dir, name, session_id, env_config, trial_dir=None):
+        assert trial_dir is not None and trial_dir.is_dir() and trial_dir.parent == tmp_path
+        assert (name, session_id) == ("count-lines", "proj-count-lines-prebuild__env")
+        return Recorder(fail=env_config == "broken")
+
+    monkeypatch.setattr(prebuild, "_environment", environment)
+    build = prebuild.harbor_build("proj")
+    build(Target("k", ("count-lines",), Path("/nowhere")))
+    assert len(seen) == 1 and seen[0][0] == ["build"]
+    assert len(seen[0][1]) == 1 and seen[0][1][0].startswith("asyncgrpo-prebuild-")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="docker compose build failed"):
+        build(Target("k", ("count-lines",), Path("/nowhere"), env_config="broken"))
+    assert len(seen) == 2 and list(tmp_path.iterdir()) == []

@@ -90,7 +90,7 @@ def test_verdict_names_what_stops_the_time_going_anywhere_first():
         "verdict: trainer finished at step 2; its last step was SANDBOX-BOUND: the trainer waited 50 s of its 60 s"
     )
     assert verdict({"state": "warming-up"}, ENGINE, TRUSTED, None, 1) == (
-        "verdict: no step timed yet (trainer warming-up); engine 5 running, 0 waiting, KV cache 25%, "
+        "verdict: no step timed yet: trainer warming-up; engine 5 running, 0 waiting, KV cache 25%, "
         "250.0 tok/s generated; 1 sandboxes in flight"
     )
 

@@ -10,7 +10,17 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from trainer.rollout_gate import StartGate
+
+
+@pytest.fixture
+def gate():
+    """The trainer's own gate, in a new folder of the system's temporary space; removed as the worker does."""
+    made = StartGate.create()
+    yield made
+    made.remove()
 
 
 def _child(path: str, out) -> None:
@@ -25,8 +35,7 @@ def spawn_waiter(gate: StartGate):
     return proc, out
 
 
-def test_the_child_waits_until_opened_and_gets_the_start_index():
-    gate = StartGate.create()
+def test_the_child_waits_until_opened_and_gets_the_start_index(gate):
     proc, out = spawn_waiter(gate)
     time.sleep(1.0)
     assert proc.is_alive() and out.empty()  # held: nothing starts before the trainer's start()
@@ -36,25 +45,22 @@ def test_the_child_waits_until_opened_and_gets_the_start_index():
     assert proc.exitcode == 0
 
 
-def test_a_closed_gate_releases_the_child_without_a_start():
-    gate = StartGate.create()
+def test_a_closed_gate_releases_the_child_without_a_start(gate):
     proc, out = spawn_waiter(gate)
     gate.close()
     assert out.get(timeout=30) is None
     proc.join(timeout=30)
 
 
-def test_close_after_open_changes_nothing():
-    gate = StartGate.create()
+def test_close_after_open_changes_nothing(gate):
     gate.open(0)
     gate.close()  # the trainer's final stop() after a run that did start
     assert StartGate(gate.path).wait() == 0
 
 
-def test_a_child_whose_parent_died_leaves_without_a_start(tmp_path):
+def test_a_child_whose_parent_died_leaves_without_a_start(gate, tmp_path):
     # The parent is a separate interpreter that spawns the waiter, reports its pid, then is SIGKILLed
     # (what `docker kill` does to a trainer mid-start): the orphaned child must not wait forever.
-    gate = StartGate.create()
     result = tmp_path / "result"
     program = textwrap.dedent(
         f"""
@@ -92,3 +98,18 @@ def test_a_child_whose_parent_died_leaves_without_a_start(tmp_path):
         time.sleep(0.1)
     else:
         raise AssertionError(f"child {child_pid} still running")
+
+
+def test_remove_takes_the_gates_folder_and_a_later_close_writes_nothing():
+    """The worker removes its gate when it stops (a folder per trainer start was left in /tmp: 56 after
+    one test run); TRL and train.py both stop the worker, so close() may come after the removal."""
+    gate = StartGate.create()
+    folder = os.path.dirname(gate.path)
+    assert os.path.basename(folder).startswith("asyncgrpo-rollout-gate-")
+    gate.close()
+    assert os.listdir(folder) == ["gate.json"]
+    gate.remove()
+    assert not os.path.exists(folder)
+    gate.close()
+    gate.remove()
+    assert not os.path.exists(folder)
