@@ -347,7 +347,18 @@ resources:
 {{- define "agh.preflightEnv" -}}
 {{ include "agh.guardEnv" (dict "root" .root "gpus" .gpus) }}
 {{ include "agh.trainEnv" (dict "root" .root) }}
-{{ include "agh.configEnv" (dict "root" .root "names" (list "TUNNEL_HOSTNAME")) | trim }}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "TUNNEL_HOSTNAME" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL" "MAX_CONCURRENT_ENVS" "AGENT_INSTALL" "ENV_SERVER_SHUTDOWN_GRACE_S" "GRADIO_SHARE_SERVER" "TUNNEL_CHECK_INTERVAL_S" "TUNNEL_CHECK_FAILURES_TO_WITHDRAW" "TUNNEL_CHECK_TIMEOUT_S")) | trim }}
+# env-server's and tunnel-check's settings, checked here by their own readers (guards/checks.py), with the
+# values those pods get: the capture proxy binds its pod's address (this pod's stands in for it).
+- name: CAPTURE_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{ include "agh.captureHostOptOut" . }}
+- name: STACK_NAME
+  value: {{ .root.Values.config.STACK_NAME | default (include "agh.stackName" .root) | quote }}
+- name: TRIALS_DIR
+  value: /var/lib/asyncgrpo-harbor/trials
 {{ include "agh.secretEnv" (dict "root" .root "key" "E2B_API_KEY" "optional" false) }}
 {{ include "agh.secretEnv" (dict "root" .root "key" "TUNNEL_TOKEN" "optional" (not (include "agh.namedTunnel" .root))) | trim }}
 {{ include "agh.homeEnv" . }}
@@ -385,6 +396,13 @@ resources:
 {{ include "agh.homeEnv" . }}
 {{- end -}}
 
+{{/* The pod's address is not loopback, and cloudflared is another pod: the chart binds the capture proxy
+beyond the tunnel on purpose, and its NetworkPolicies admit only cloudflared and the trainer to it. */}}
+{{- define "agh.captureHostOptOut" -}}
+- name: CAPTURE_HOST_BEYOND_TUNNEL_OK
+  value: "publish-the-capture-proxy-beyond-the-tunnel"
+{{- end -}}
+
 {{- define "agh.envServerEnv" -}}
 {{- $name := include "agh.name" . -}}
 {{- $c := .Values.config -}}
@@ -404,6 +422,7 @@ resources:
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
+{{ include "agh.captureHostOptOut" . }}
 - name: ENGINE_URL
   value: "http://{{ $name }}-engine:{{ $c.ENGINE_PORT }}"
 - name: TRIALS_DIR
