@@ -239,6 +239,9 @@ def check_checkpoints(env, probes):
 def check_sandbox(env, probes):
     # The same allowed values env-server starts with: a sandbox it would refuse is refused here first.
     backend = SANDBOXES.get(env.checked("SANDBOX"))
+    # A credential that is set but refused (a newline in the key) is that line, not "needs E2B_API_KEY".
+    if refused := [env.refusals[f.name] for f, _ in backend.credentials if f.name in env.refusals]:
+        return refused
     if missing := backend.missing_credentials(backend.credentials_set(env.read)):
         return missing
     if backend.host_docker:
