@@ -453,6 +453,17 @@ def visible_gpus() -> tuple[int, str]:
         return 0, "no torch"
 
 
+def check_hub_access(env, probes):
+    """HUB_MODEL_ID set: the token can write it (trainer/hub_access.py). Trainer phase only: HUB_TOKEN is a
+    secret of the trainer alone. A malformed HUB_MODEL_ID is trainer-settings' line (it reads as empty here)."""
+    settings, _problems = env.trainer()
+    if not settings.hub.model_id:
+        return None
+    from trainer import hub_access
+
+    return hub_access.problem(settings.hub)
+
+
 def check_run_name(env, probes):
     name = _get(env, "RUN_NAME")
     if name and not RUN_NAME_RE.match(name):
@@ -495,6 +506,7 @@ CHECKS: dict[str, Callable] = {
     "run-name": check_run_name,
     "weight-transfer": check_weight_transfer,
     "trainer-gpus": check_trainer_gpus,
+    "hub-access": check_hub_access,
 }
 # Only preflight runs these. Once the stack is up the engine, env server and tunnel hold the ports;
 # and the sandbox credentials (E2B key, docker socket) belong to the env server, which starts the
@@ -505,7 +517,7 @@ CHECKS: dict[str, Callable] = {
 # env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer.
 PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings"}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
-TRAINER_ONLY = {"trainer-gpus"}
+TRAINER_ONLY = {"trainer-gpus", "hub-access"}
 
 
 def run_all(
