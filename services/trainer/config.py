@@ -292,6 +292,14 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         screened_tasks=get("SCREENED_TASKS"),
         dtype=get("TRAIN_DTYPE", "bfloat16" if weight_transfer == "nccl" else "float32"),
     )
+    if settings.max_completion_tokens >= settings.engine_max_model_len:
+        # Every call's prompt (the system prompt and task alone are hundreds of tokens) must fit beside it.
+        r.refuse(
+            f"MAX_OUTPUT_TOKENS={settings.max_completion_tokens} leaves no room for a prompt in "
+            f"ENGINE_MAX_MODEL_LEN={settings.engine_max_model_len}: set MAX_OUTPUT_TOKENS well below it "
+            f"(default {FIELDS['MAX_OUTPUT_TOKENS'].default}), or raise ENGINE_MAX_MODEL_LEN",
+            None,
+        )
     return settings, r.problems
 
 

@@ -98,6 +98,12 @@ CASES = [
         "MAX_OUTPUT_TOKENS='0' is below 1: set MAX_OUTPUT_TOKENS to at least 1 (default 4096)",
     ),
     (
+        {"MAX_OUTPUT_TOKENS": "32768"},
+        "trainer-settings",
+        "MAX_OUTPUT_TOKENS=32768 leaves no room for a prompt in ENGINE_MAX_MODEL_LEN=32768: set MAX_OUTPUT_TOKENS "
+        "well below it (default 4096), or raise ENGINE_MAX_MODEL_LEN",
+    ),
+    (
         {"TUNNEL_CHECK_TIMEOUT_S": "20"},
         "tunnel-settings",
         "TUNNEL_CHECK_TIMEOUT_S=20 must be below TUNNEL_CHECK_INTERVAL_S=10: checks run on a fixed schedule and "
