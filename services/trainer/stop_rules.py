@@ -198,7 +198,7 @@ def read(env: Mapping[str, str] | None = None) -> tuple[StopRules, list[str]]:
         window = r.refuse(
             f"STOP_WINDOW_STEPS={window} is longer than the run (MAX_STEPS={max_steps}), so the window never fills "
             f"and no stop rule can fire: set STOP_WINDOW_STEPS to at most {max_steps} (default {DEFAULT_WINDOW}), "
-            "or turn the rules off (STOP_FORKING_FRAC=off STOP_UNSCORABLE_FRAC=off STOP_ZERO_SPREAD_FRAC=off)",
+            f"or turn the rules off ({' '.join(f'{rule.name}=off' for rule in RULES)})",
             window,
         )
     return StopRules(thresholds, window), r.problems

@@ -9,6 +9,7 @@ from test_checks import GCSFUSE, good_env, probes_for
 from guards import ports
 from guards.checks import run_all
 from stack.facts import CAPTURE_HOST_OPT_OUT_PHRASE
+from trainer.stop_rules import RULES
 
 
 def lines(tmp_path, **over):
@@ -27,10 +28,10 @@ CASES = [
         "of printable text",
     ),
     (
-        {"TASK_ENV_ALLOW": "A\tB"},
+        {"STACK_NAME": "grpo\tnight"},
         "env-server-settings",
-        "TASK_ENV_ALLOW='A\\tB' contains a control character ('\\t' at character 2): set TASK_ENV_ALLOW to one "
-        "line of printable text",
+        "STACK_NAME='grpo\\tnight' contains a control character ('\\t' at character 5): set STACK_NAME to one line "
+        "of printable text",
     ),
     (
         # A secret's value is never printed, only its length.
@@ -69,7 +70,7 @@ CASES = [
         "stop-rules",
         "STOP_WINDOW_STEPS=1000000000 is longer than the run (MAX_STEPS=200), so the window never fills and no stop "
         "rule can fire: set STOP_WINDOW_STEPS to at most 200 (default 5), or turn the rules off "
-        "(STOP_FORKING_FRAC=off STOP_UNSCORABLE_FRAC=off STOP_ZERO_SPREAD_FRAC=off)",
+        f"({' '.join(f'{rule.name}=off' for rule in RULES)})",
     ),
     (
         {"CAPTURE_MAX_BODY_MB": "100000"},
@@ -128,8 +129,7 @@ def test_each_bad_setting_is_one_line_at_preflight(tmp_path, over, check, line):
         {"STOP_WINDOW_STEPS": "200"},  # a window that fills at the last step
         # The default window (5) outlasts a 2-step run (the CPU form): the rules are not armed, not refused.
         {"MAX_STEPS": "2"},
-        {"STOP_WINDOW_STEPS": "1000000000", "STOP_FORKING_FRAC": "off", "STOP_UNSCORABLE_FRAC": "off"}
-        | {"STOP_ZERO_SPREAD_FRAC": "off"},
+        {"STOP_WINDOW_STEPS": "1000000000"} | {rule.name: "off" for rule in RULES},
         {"LEARNING_RATE": "0.01", "CAPTURE_MAX_BODY_MB": "64", "CAPTURE_MAX_CONCURRENT": "1024"},
         # Whitespace around a value is stripped as before (a CRLF .env's trailing \r included).
         {"MODEL": "Qwen/Qwen3-1.7B\r\n"},
