@@ -13,6 +13,7 @@ from stack import fields
 from stack.backends import SANDBOXES
 from stack.endpoints import read_engine_url
 from stack.env import Env, EnvError, Field, Table
+from stack.facts import CAPTURE_HOST_OPT_OUT_PHRASE, LOOPBACK_HOSTS, SANDBOX_BRIDGE_HOST
 
 from .task_env import allow_list
 
@@ -29,6 +30,7 @@ FIELDS = Table(
     Field("ENV_SERVER_HOST", "text", "127.0.0.1", "address the Task API binds"),
     F.ENV_SERVER_PORT,
     F.CAPTURE_HOST,
+    F.CAPTURE_HOST_BEYOND_TUNNEL_OK,
     F.CAPTURE_PORT,
     F.ENGINE_URL,
     F.MODEL,
@@ -75,8 +77,26 @@ FIELDS = Table(
         minimum=0,
     ),
     # A full 32k-token context is ~150 KB of JSON; 8 MB is generous.
-    Field("CAPTURE_MAX_BODY_MB", "integer", 8, "largest request body a sandbox may send, in MB", minimum=1),
-    Field("CAPTURE_MAX_CONCURRENT", "integer", 64, "model calls served at once on the capture port", minimum=1),
+    # The upper bounds are the Helm chart's (values.schema.json; tests/unit/test_settings_tables.py keeps
+    # them equal): the public port must not buffer gigabytes per request, nor hold thousands of calls.
+    Field(
+        "CAPTURE_MAX_BODY_MB",
+        "integer",
+        8,
+        "largest request body a sandbox may send, in MB (1-64)",
+        fix="set it in 1-64 (a full 32k-token context is ~150 KB of JSON; each request's body is held in memory)",
+        minimum=1,
+        maximum=64,
+    ),
+    Field(
+        "CAPTURE_MAX_CONCURRENT",
+        "integer",
+        64,
+        "model calls served at once on the capture port (1-1024)",
+        fix="set it in 1-1024 (one call per in-flight rollout is enough: MAX_INFLIGHT_ROLLOUTS)",
+        minimum=1,
+        maximum=1024,
+    ),
     Field("TASK_ENV_ALLOW", "words", (), "host variables a task's task.toml may read; empty: none"),
     F.DIRECT_URL,
     Field(
@@ -168,6 +188,18 @@ class Settings:
                 "127.0.0.1 (behind a tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)"
             )
         tunnel_provider = get("TUNNEL_PROVIDER")
+        # Behind a tunnel the proxy is published by the tunnel, which reaches it on loopback; bound to a LAN
+        # address it would be served there too, beyond the tunnel. Loopback, the bridge local sandboxes
+        # use, or the operator's words.
+        beyond_ok = get("CAPTURE_HOST_BEYOND_TUNNEL_OK")
+        if tunnel_provider != "direct" and capture_host not in (*LOOPBACK_HOSTS, SANDBOX_BRIDGE_HOST) and not beyond_ok:
+            read.refuse(
+                f"CAPTURE_HOST={capture_host!r} with TUNNEL_PROVIDER={tunnel_provider} would serve the capture proxy "
+                f"on that address as well as through the tunnel: set CAPTURE_HOST=127.0.0.1 (or {SANDBOX_BRIDGE_HOST}, "
+                f"the Docker bridge), or, to publish it there on purpose, "
+                f"CAPTURE_HOST_BEYOND_TUNNEL_OK={CAPTURE_HOST_OPT_OUT_PHRASE}",
+                None,
+            )
         direct_url = get("DIRECT_URL")
         remote = not SANDBOXES.get(sandbox).host_docker
         if tunnel_provider == "direct" and remote and direct_url.lower().startswith("http://"):

@@ -239,6 +239,9 @@ def check_checkpoints(env, probes):
 def check_sandbox(env, probes):
     # The same allowed values env-server starts with: a sandbox it would refuse is refused here first.
     backend = SANDBOXES.get(env.checked("SANDBOX"))
+    # A credential that is set but refused (a newline in the key) is that line, not "needs E2B_API_KEY".
+    if refused := [env.refusals[f.name] for f, _ in backend.credentials if f.name in env.refusals]:
+        return refused
     if missing := backend.missing_credentials(backend.credentials_set(env.read)):
         return missing
     if backend.host_docker:
@@ -287,7 +290,7 @@ def check_ports(env, probes):
             f"port {port} ({name}) is already in use on this host by something other than this stack's {service}"
             f"{unknown}: stop what holds it (`ss -ltnp 'sport = :{port}'`) or set {name} to a free port"
         )
-    return "; ".join(problems) or None
+    return problems  # one line per port
 
 
 def _port_free(port: int) -> bool:
@@ -368,6 +371,33 @@ def check_trainer_settings(env, probes):
     return env.trainer()[1] or None
 
 
+def check_env_server_settings(env, probes):
+    """Every env-server setting (the capture port's CAPTURE_*, TASK_ENV_ALLOW, DIRECT_URL, ...), one line each,
+    from env-server's own reader (env_server/settings.py): otherwise they are refused only when env-server
+    starts, after preflight said the stack was fine."""
+    from env_server.settings import Settings as EnvServerSettings
+
+    EnvServerSettings.from_env(env.env)  # EnvError: its lines are the findings
+    return None
+
+
+def check_tunnel_settings(env, probes):
+    """tunnel-check's settings (TUNNEL_CHECK_*, DIRECT_URL, TUNNEL_HOSTNAME, ...), from its own reader
+    (tunnel_check/settings.py). It stops at its first bad value, so this is at most one line."""
+    from tunnel_check import settings as tunnel_settings
+
+    # Its first bad value only: those preflight's own fields already refused (the ports, TUNNEL_PROVIDER) read
+    # as their defaults here, so it names the next one, not the same one again.
+    view = {name: "" if name in env.refusals else value for name, value in env.env.items()}
+    # What compose gives tunnel-check and not preflight: the metrics port it gives cloudflared (the field's
+    # default, tests/unit/test_settings_tables.py) and TUNNEL_NAMED from the token preflight does hold.
+    view["TUNNEL_METRICS_PORT"] = view.get("TUNNEL_METRICS_PORT") or str(fields.TUNNEL_METRICS_PORT.default)
+    if "TUNNEL_TOKEN" in view:
+        view["TUNNEL_NAMED"] = "1" if view["TUNNEL_TOKEN"].strip() else ""
+    tunnel_settings.load(view)
+    return None
+
+
 def check_stop_rules(env, probes):
     """The stop rules' thresholds and window (STOP_*), one line each, from the trainer's own reader
     (trainer/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
@@ -423,6 +453,17 @@ def visible_gpus() -> tuple[int, str]:
         return 0, "no torch"
 
 
+def check_hub_access(env, probes):
+    """HUB_MODEL_ID set: the token can write it (trainer/hub_access.py). Trainer phase only: HUB_TOKEN is a
+    secret of the trainer alone. A malformed HUB_MODEL_ID is trainer-settings' line (it reads as empty here)."""
+    settings, _problems = env.trainer()
+    if not settings.hub.model_id:
+        return None
+    from trainer import hub_access
+
+    return hub_access.problem(settings.hub)
+
+
 def check_run_name(env, probes):
     name = _get(env, "RUN_NAME")
     if name and not RUN_NAME_RE.match(name):
@@ -459,10 +500,13 @@ CHECKS: dict[str, Callable] = {
     "train-script": check_train_script,
     "trainer-settings": check_trainer_settings,
     "stop-rules": check_stop_rules,
+    "env-server-settings": check_env_server_settings,
+    "tunnel-settings": check_tunnel_settings,
     "report-to": check_report_to,
     "run-name": check_run_name,
     "weight-transfer": check_weight_transfer,
     "trainer-gpus": check_trainer_gpus,
+    "hub-access": check_hub_access,
 }
 # Only preflight runs these. Once the stack is up the engine, env server and tunnel hold the ports;
 # and the sandbox credentials (E2B key, docker socket) belong to the env server, which starts the
@@ -470,9 +514,10 @@ CHECKS: dict[str, Callable] = {
 # "gpus" counts the host's GPUs: only preflight sees them all (compose reserves every GPU for it). The
 # trainer container is given its own GPU(s) alone, so the host count there would refuse every real run
 # ("found 1 GPU(s), need REQUIRED_GPUS=2"); its own view is checked by "trainer-gpus".
-PREFLIGHT_ONLY = {"ports", "sandbox", "gpus"}
+# env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer.
+PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings"}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
-TRAINER_ONLY = {"trainer-gpus"}
+TRAINER_ONLY = {"trainer-gpus", "hub-access"}
 
 
 def run_all(
@@ -480,16 +525,20 @@ def run_all(
 ) -> list[Failure]:
     env = Settings(os.environ if env is None else env)
     probes = probes or Probes()
-    failures = []
+    failures, reported = [], set()
     for name, check in CHECKS.items():
         if phase != "preflight" and name in PREFLIGHT_ONLY or phase == "preflight" and name in TRAINER_ONLY:
             continue
         try:
             message = check(env, probes)
-        except EnvError as exc:  # a bad value, read through stack.env: its line already names the fix
-            message = str(exc)
+        except EnvError as exc:  # bad values, read through stack.env: each line already names the fix
+            message = exc.problems
         except Exception as exc:  # a crashing check is itself a finding, and must not hide the others
             message = f"check crashed ({type(exc).__name__}: {exc}): report this; the other checks still ran"
         for line in [message] if isinstance(message, str) else message or []:
-            failures.append(Failure(name, line))
+            # Several services read a shared setting (MODEL, DIRECT_URL, ...): its line is printed once, by the
+            # first check that reads it.
+            if line not in reported:
+                reported.add(line)
+                failures.append(Failure(name, line))
     return failures

@@ -16,6 +16,8 @@ A reader that collects returns the default for a bad value, so the caller can ke
 from __future__ import annotations
 
 import os
+import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,6 +39,24 @@ class EnvError(ValueError):
 
 
 _UNSET: Any = object()
+# Names whose values are never printed: every field declared `secret=True` (added as it is declared), and
+# any name that says it holds a credential, for the few variables read without a field.
+SECRET_NAMES: set[str] = set()
+_SECRET_WORDS = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
+
+
+def shown(name: str, value: str) -> str:
+    """`value` as a refusal line may print it: quoted, or only its length for a secret."""
+    if name in SECRET_NAMES or _SECRET_WORDS.search(name):
+        return f"<secret, {len(value)} characters>"
+    return repr(value)
+
+
+def _control_character(value: str) -> int | None:
+    """The index of the first control character (Unicode category Cc: newline, CR, tab, NUL, ESC, ...)."""
+    return next((i for i, c in enumerate(value) if unicodedata.category(c) == "Cc"), None)
+
+
 KINDS = ("text", "integer", "number", "flag", "choice", "url", "path", "port", "words", "phrase")
 
 
@@ -63,6 +83,8 @@ class Field:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: unknown kind {self.kind!r}")
+        if self.secret:
+            SECRET_NAMES.add(self.name)
 
     def read(self, env: Env, default: Any = _UNSET) -> Any:
         d = self.default if default is _UNSET else default
@@ -121,17 +143,31 @@ class Env:
 
     # -- plumbing --------------------------------------------------------------------------------
     def raw(self, name: str) -> str | None:
-        """The stripped value, or None when unset or empty."""
+        """The stripped value, or None when unset or empty (or refused: see below).
+
+        One rule for every setting: a value with a control character inside it is refused here, where every
+        reader starts. A newline in MODEL, HUB_MODEL_ID or DIRECT_URL passes every other check and fails
+        hours later (a push, a URL, a log line split in two); a tab or NUL is never meant either. Whitespace
+        around the value (a CRLF .env's trailing \\r included) is stripped, as before."""
         value = self.env.get(name)
         if value is None or not value.strip():
             return None
-        return value.strip()
+        value = value.strip()
+        at = _control_character(value)
+        if at is not None:
+            return self.refuse(
+                f"{name}={shown(name, value)} contains a control character ({value[at]!r} at character {at + 1}): "
+                f"set {name} to one line of printable text",
+                None,
+            )
+        return value
 
     def refuse(self, line: str, default: T) -> T:
         """Report one bad setting: raise it, or (collecting) record it and carry on with the default."""
         if not self.collect:
             raise EnvError(line)
-        self.problems.append(line)
+        if line not in self.problems:  # a setting read twice is still one problem
+            self.problems.append(line)
         return default
 
     def check(self) -> None:

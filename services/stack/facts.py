@@ -21,6 +21,10 @@ DEFAULT_STEP_LIMIT = 12
 # Loopback ports on the host network, one per listening service.
 DEFAULT_PORTS = {"ENGINE_PORT": 8001, "ENV_SERVER_PORT": 8000, "CAPTURE_PORT": 8100, "TUNNEL_METRICS_PORT": 20241}
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Docker's default bridge gateway: local docker sandboxes reach the host here, and nothing beyond this host can.
+SANDBOX_BRIDGE_HOST = "172.17.0.1"
+# The words an operator must write to bind the capture proxy beyond loopback and the bridge behind a tunnel.
+CAPTURE_HOST_OPT_OUT_PHRASE = "publish-the-capture-proxy-beyond-the-tunnel"
 
 # The tunnel hand-off: a named volume mounted here in tunnel-check (read-write) and env-server (read-only).
 HANDOFF_DIR = "/handoff"

@@ -14,6 +14,7 @@ from .facts import (
     AGENT_INSTALLS,
     BUCKET_DIR,
     BUCKET_OPT_OUT_PHRASE,
+    CAPTURE_HOST_OPT_OUT_PHRASE,
     DEFAULT_DATASET,
     DEFAULT_PORTS,
     DEFAULT_STEP_LIMIT,
@@ -53,6 +54,14 @@ DIRECT_URL = Field(
     fix="set DIRECT_URL with its scheme, e.g. http://172.17.0.1:8100 (https:// for E2B sandboxes)",
 )
 CAPTURE_HOST = Field("CAPTURE_HOST", "text", "127.0.0.1", "address the capture proxy binds; never a wildcard")
+CAPTURE_HOST_BEYOND_TUNNEL_OK = Field(
+    "CAPTURE_HOST_BEYOND_TUNNEL_OK",
+    "phrase",
+    "",
+    "behind a tunnel: the opt-out for a CAPTURE_HOST other than loopback or the sandbox bridge",
+    fix=f"set it to exactly {CAPTURE_HOST_OPT_OUT_PHRASE}, or leave it empty",
+    choices=(CAPTURE_HOST_OPT_OUT_PHRASE,),
+)
 ENGINE_HOST = Field(
     "ENGINE_HOST",
     "choice",
@@ -140,6 +149,7 @@ SHARED = Table(
     TUNNEL_PROVIDER,
     DIRECT_URL,
     CAPTURE_HOST,
+    CAPTURE_HOST_BEYOND_TUNNEL_OK,
     ENGINE_HOST,
     PORTS,
     TUNNEL_LOG,

@@ -170,7 +170,19 @@ FIELDS = Table(
     Field("REWARD_KEY", "text", "", "which verifier reward is the training signal; empty: the task's main one"),
     Field("TOOL_EFFICIENCY_BONUS", "number", 0.1, "extra reward for fewer tool calls when correct", minimum=0),
     F.MAX_INFLIGHT_ROLLOUTS,
-    Field("LEARNING_RATE", "number", 1e-6, "optimizer learning rate", above=0),
+    # RL fine-tuning of a pretrained model runs at 1e-7..1e-5; AdamW's first step moves every weight by
+    # about the learning rate, so at 1e-2 and above the model is destroyed in a step or two (a typo such as
+    # 1e6 for 1e-6, or 1e9, trained on in silence before this bound).
+    Field(
+        "LEARNING_RATE",
+        "number",
+        1e-6,
+        "optimizer learning rate, in (0, 0.01]",
+        fix="set it in (0, 0.01], e.g. 1e-6 (RL fine-tuning runs at 1e-7..1e-5; AdamW moves every weight by "
+        "about this much per step, so 0.01 and up wrecks a pretrained model)",
+        above=0,
+        maximum=1e-2,
+    ),
     Field(
         "TEMPERATURE",
         "number",
@@ -307,6 +319,14 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         # (trainer/precision.py says why: bfloat16 weights do not move at LEARNING_RATE=1e-6).
         dtype=get("TRAIN_DTYPE"),
     )
+    if settings.max_completion_tokens >= settings.engine_max_model_len:
+        # Every call's prompt (the system prompt and task alone are hundreds of tokens) must fit beside it.
+        r.refuse(
+            f"MAX_OUTPUT_TOKENS={settings.max_completion_tokens} leaves no room for a prompt in "
+            f"ENGINE_MAX_MODEL_LEN={settings.engine_max_model_len}: set MAX_OUTPUT_TOKENS well below it "
+            f"(default {FIELDS['MAX_OUTPUT_TOKENS'].default}), or raise ENGINE_MAX_MODEL_LEN",
+            None,
+        )
     return settings, r.problems
 
 
@@ -349,9 +369,32 @@ def eval_from_env(r: Env, bucket_dir: str) -> EvalSettings:
     )
 
 
+def hub_repo_problem(repo_id: str) -> str | None:
+    """Why `repo_id` is not a Hub repository id, by huggingface_hub's own rule (utils.validate_repo_id, read at
+    1.33.0), or None. Checked at start: otherwise a malformed id is found by the push at the end of the night.
+    The trainer and preflight images carry huggingface_hub; the host's unit-test venv does not, and there
+    nothing is checked (tests/integration/trainer/test_hub_settings.py runs this in the trainer image)."""
+    try:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+    except ImportError:
+        return None
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        return str(exc)
+    return None
+
+
 def hub_from_env(r: Env) -> HubSettings:
+    model_id = r.get(FIELDS["HUB_MODEL_ID"])
+    if model_id and (why := hub_repo_problem(model_id)):
+        model_id = r.refuse(
+            f"HUB_MODEL_ID={model_id!r} is not a Hub repository id ({why}): set it like "
+            "your-name/qwen3-harbor-grpo, or leave it empty to push nothing",
+            "",
+        )
     return HubSettings(
-        model_id=r.get(FIELDS["HUB_MODEL_ID"]),
+        model_id=model_id,
         token=r.get(FIELDS["HUB_TOKEN"]),
         push_checkpoints=r.get(FIELDS["HUB_PUSH_CHECKPOINTS"]),
         private=r.get(FIELDS["HUB_PRIVATE"]),

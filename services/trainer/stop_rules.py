@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stack.env import Env, EnvError, Field, Table
+from trainer.config import FIELDS as TRAINER_FIELDS
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,20 @@ def read(env: Mapping[str, str] | None = None) -> tuple[StopRules, list[str]]:
             )
             continue
         thresholds[rule.name] = value
-    return StopRules(thresholds, r.get(FIELDS["STOP_WINDOW_STEPS"])), r.problems
+    window = r.get(FIELDS["STOP_WINDOW_STEPS"])
+    # The trainer logs every step (train.py, logging_steps=1), so a run logs at most MAX_STEPS steps: a
+    # window set longer never fills and no rule can ever fire. The default window may outlast a short run
+    # (the CPU form's 2 steps): the rules are simply not armed there. A bad MAX_STEPS is trainer-settings'
+    # line (read here with its own reader, its problems left to it).
+    max_steps = Env(r.env, collect=True).get(TRAINER_FIELDS["MAX_STEPS"])
+    if thresholds and r.raw("STOP_WINDOW_STEPS") and window > max_steps:
+        window = r.refuse(
+            f"STOP_WINDOW_STEPS={window} is longer than the run (MAX_STEPS={max_steps}), so the window never fills "
+            f"and no stop rule can fire: set STOP_WINDOW_STEPS to at most {max_steps} (default {DEFAULT_WINDOW}), "
+            f"or turn the rules off ({' '.join(f'{rule.name}=off' for rule in RULES)})",
+            window,
+        )
+    return StopRules(thresholds, window), r.problems
 
 
 def from_env(env: Mapping[str, str] | None = None) -> StopRules:

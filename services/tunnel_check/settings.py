@@ -78,6 +78,11 @@ def _hostname_problem(host: str) -> str | None:
     return f"{bad[0]!r} is not a valid hostname label" if bad else None
 
 
+def url_host(host: str) -> str:
+    """`host` as a URL writes it: an IPv6 address in brackets (CAPTURE_HOST=::1 is loopback too)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 def _check_url(name: str, url: str) -> None:
     try:
         parts = urlsplit(url)
@@ -131,7 +136,7 @@ class Settings:
 
     @property
     def local_health_url(self) -> str:
-        return f"http://{self.capture_host}:{self.capture_port}/health"
+        return f"http://{url_host(self.capture_host)}:{self.capture_port}/health"
 
     def describe(self) -> str:
         return (
@@ -201,7 +206,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
             "withdraw bound no longer holds"
         )
     capture_host = get("CAPTURE_HOST")
-    _check_url("CAPTURE_HOST", f"http://{capture_host}:{capture_port}")
+    _check_url("CAPTURE_HOST", f"http://{url_host(capture_host)}:{capture_port}")
     gradio_server = get("GRADIO_SHARE_SERVER")
     if gradio_server:
         host, _, port = gradio_server.rpartition(":")

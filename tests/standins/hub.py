@@ -9,6 +9,8 @@ services/ imports it.
                                                    commit), so no LFS/Xet transfer is needed
     POST /api/models/{org}/{name}/commit/{rev}     ndjson: a header line, then one line per file
                                                    (base64 content) -> {"commitUrl", "commitOid"}
+    GET  /api/whoami-v2                            the token's user, orgs and role (`user`, `orgs`, `role`)
+    GET  /api/models/{org}/{name}/auth-check/write 404 RepoNotFound before the first push; 403 unless role=write
     POST /api/validate-yaml                        a README.md's metadata, checked before a commit that
                                                    adds one (create_commit): a warning when it has none
 
@@ -33,9 +35,20 @@ REPO = r"(?P<repo>[^/]+/[^/]+)"
 
 
 class HubStandin:
-    def __init__(self, root: Path, port: int = 0, token: str = "", fail_next: int = 0):
+    def __init__(
+        self,
+        root: Path,
+        port: int = 0,
+        token: str = "",
+        fail_next: int = 0,
+        user: str = "standin-user",
+        orgs: tuple[str, ...] = (),
+        role: str = "write",
+    ):
         self.root = Path(root)
         self.token = token
+        # whoami-v2's answer (the token's user, orgs and role); auth-check/write is 403 unless role is write.
+        self.user, self.orgs, self.role = user, orgs, role
         self.fail_next = fail_next
         self.requests: list[tuple[str, str]] = []
         self.commits: list[dict] = []
@@ -47,9 +60,11 @@ class HubStandin:
             def log_message(self, *args):
                 pass
 
-            def _reply(self, code: int, doc: dict) -> None:
+            def _reply(self, code: int, doc: dict, headers: dict | None = None) -> None:
                 body = json.dumps(doc).encode()
                 self.send_response(code)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -57,6 +72,25 @@ class HubStandin:
 
             def do_GET(self):
                 standin.requests.append(("GET", self.path))
+                if standin.token and self.headers.get("Authorization") != f"Bearer {standin.token}":
+                    return self._reply(401, {"error": "Invalid credentials in Authorization header"})
+                if self.path == "/api/whoami-v2":
+                    return self._reply(
+                        200,
+                        {
+                            "type": "user",
+                            "name": standin.user,
+                            "orgs": [{"name": org} for org in standin.orgs],
+                            "auth": {"type": "access_token", "accessToken": {"role": standin.role}},
+                        },
+                    )
+                m = re.fullmatch(rf"/api/models/{REPO}/auth-check/write", self.path)
+                if m:
+                    if not (standin.root / m.group("repo")).is_dir():
+                        return self._reply(404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+                    if standin.role != "write":
+                        return self._reply(403, {"error": "You don't have write access to this repository"})
+                    return self._reply(200, {})
                 self._reply(404, {"error": "not implemented by the stand-in"})
 
             def do_POST(self):

@@ -79,3 +79,20 @@ def test_a_drifted_default_is_caught():
         FIELDS["DATASETS"], "/app/datasets/starter"
     )
     assert states_default(FIELDS["TRAIN_DTYPE"], "float32") and not states_default(FIELDS["TRAIN_DTYPE"], "bfloat16")
+
+
+def test_the_charts_bounds_are_the_fields():
+    """The Helm chart's schema bounds a setting exactly as its field does (CAPTURE_MAX_BODY_MB <= 64,
+    CAPTURE_MAX_CONCURRENT <= 1024, ...): neither lets through what the other refuses."""
+    import json
+
+    schema = json.loads((ROOT / "deploy/helm/asyncgrpo-harbor/values.schema.json").read_text())
+    config = schema["properties"]["config"]["properties"]
+    bounded = {name: spec for name, spec in config.items() if "maximum" in spec and name in FIELDS}
+    assert {"CAPTURE_MAX_BODY_MB", "CAPTURE_MAX_CONCURRENT"} <= set(bounded)
+    for name, spec in bounded.items():
+        field = FIELDS[name]
+        if field.kind == "port":
+            assert (spec["minimum"], spec["maximum"]) == (1, 65535), name
+        else:
+            assert (spec.get("minimum"), spec["maximum"]) == (field.minimum, field.maximum), name

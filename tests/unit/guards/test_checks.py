@@ -257,11 +257,11 @@ def test_sandbox_values_are_the_env_servers(tmp_path):
 
 def test_bad_port_values_are_all_reported(tmp_path):
     env = good_env(tmp_path, ENGINE_PORT="x", CAPTURE_PORT="70000")
-    msg = failures(env, probes_for(tmp_path, GCSFUSE))["ports"]
-    assert msg == (
-        "ENGINE_PORT='x' is not a TCP port: set ENGINE_PORT to a number in 1-65535 (default 8001); "
-        "CAPTURE_PORT='70000' is not a TCP port: set CAPTURE_PORT to a number in 1-65535 (default 8100)"
-    )
+    found = [f.message for f in run_all(env, probes_for(tmp_path, GCSFUSE)) if f.check == "ports"]
+    assert found == [
+        "ENGINE_PORT='x' is not a TCP port: set ENGINE_PORT to a number in 1-65535 (default 8001)",
+        "CAPTURE_PORT='70000' is not a TCP port: set CAPTURE_PORT to a number in 1-65535 (default 8100)",
+    ]
 
 
 def test_bad_run_name(tmp_path):

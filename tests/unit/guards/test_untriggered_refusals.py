@@ -5,7 +5,7 @@ import pytest
 from support import free_port
 from test_checks import GCSFUSE, failures, good_env, probes_for, web  # noqa: F401 -- web is a fixture
 
-from guards.checks import OPT_OUT_PHRASE
+from guards.checks import OPT_OUT_PHRASE, run_all
 
 
 def test_hf_home_unset(tmp_path):
@@ -17,12 +17,21 @@ def test_hf_home_unset(tmp_path):
 
 def test_ports_that_are_not_ports(tmp_path):
     env = good_env(tmp_path, ENGINE_PORT="0", ENV_SERVER_PORT="http", TUNNEL_METRICS_PORT="70000")
-    assert failures(env, probes_for(tmp_path, GCSFUSE)) == {
-        "ports": "ENGINE_PORT='0' is not a TCP port: set ENGINE_PORT to a number in 1-65535 (default 8001); "
-        "ENV_SERVER_PORT='http' is not a TCP port: set ENV_SERVER_PORT to a number in 1-65535 (default 8000); "
-        "TUNNEL_METRICS_PORT='70000' is not a TCP port: set TUNNEL_METRICS_PORT to a number in 1-65535 "
-        "(default 20241)"
-    }
+    # One line per port (they were joined with '; '); env-server and tunnel-check read the same fields, and
+    # each line is printed once.
+    found = [(f.check, f.message) for f in run_all(env, probes_for(tmp_path, GCSFUSE)) if f.check != "weight-transfer"]
+    assert found == [
+        ("ports", "ENGINE_PORT='0' is not a TCP port: set ENGINE_PORT to a number in 1-65535 (default 8001)"),
+        (
+            "ports",
+            "ENV_SERVER_PORT='http' is not a TCP port: set ENV_SERVER_PORT to a number in 1-65535 (default 8000)",
+        ),
+        (
+            "ports",
+            "TUNNEL_METRICS_PORT='70000' is not a TCP port: set TUNNEL_METRICS_PORT to a number in 1-65535 "
+            "(default 20241)",
+        ),
+    ]
 
 
 def test_negative_gpu_count(tmp_path):

@@ -32,6 +32,7 @@ ONLY_IN_COMPOSE = {
     ("tunnel-check", "TUNNEL_LOG"),
     # The opt-out for remote tasks on local docker sandboxes: SANDBOX=docker is refused on a cluster.
     ("env-server", "SANDBOX_DOCKER_REMOTE_TASKS_OK"),
+    ("preflight", "SANDBOX_DOCKER_REMOTE_TASKS_OK"),
     # Whether WANDB_API_KEY is set: compose knows at `up` (`${WANDB_API_KEY:+set}`); the chart reads the key
     # from a Secret at pod start, unknown at render time, so there the trainer's own check refuses
     # REPORT_TO=wandb without it (the same line, one pod later).
@@ -83,6 +84,9 @@ TOPOLOGY = {
     "ENGINE_HOST",
     "ENV_SERVER_HOST",
     "CAPTURE_HOST",
+    # The chart binds the capture proxy to its pod's address on purpose (its NetworkPolicies admit only
+    # cloudflared and the trainer): it says so with the opt-out compose leaves empty.
+    "CAPTURE_HOST_BEYOND_TUNNEL_OK",
     "REQUIRED_GPUS",
     "STACK_NAME",
     "VLLM_HOST_IP",

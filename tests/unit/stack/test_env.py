@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stack.endpoints import openai_base, read_engine_url
-from stack.env import Env, EnvError
+from stack.env import Env, EnvError, Field
 
 
 def refused(env: dict, read) -> str:
@@ -135,3 +135,49 @@ def test_one_exception_lists_every_problem():
     with pytest.raises(EnvError) as info:
         read.check()
     assert info.value.problems == str(info.value).splitlines() and len(info.value.problems) == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "where"),
+    [
+        ("text", "Qwen/Qwen3\n-1.7B", "'\\n' at character 11"),
+        ("integer", "2\n00", "'\\n' at character 2"),
+        ("number", "1e-6\x00", "'\\x00' at character 5"),
+        ("flag", "1\x1b", "'\\x1b' at character 2"),
+        ("choice", "e2b\tx", "'\\t' at character 4"),
+        ("url", "http://a\rb:8100", "'\\r' at character 9"),
+        ("path", "/bucket\n/x", "'\\n' at character 8"),
+        ("port", "8\n1", "'\\n' at character 2"),
+        ("words", "A,B\nC", "'\\n' at character 4"),
+        ("phrase", "i-accept\n", None),  # trailing whitespace is stripped: then it is just the wrong phrase
+    ],
+)
+def test_a_control_character_is_refused_in_every_kind_of_setting(kind, value, where):
+    """One rule in Env.raw, where every reader starts: no field can forget it."""
+    field = Field("X_SETTING", kind, None, "a test field", choices=("e2b", "docker") if kind == "choice" else ("ok",))
+    message = refused({"X_SETTING": value}, lambda env: env.get(field))
+    if where is None:
+        assert "control character" not in message
+    else:
+        assert message == (
+            f"X_SETTING={value.strip()!r} contains a control character ({where}): set X_SETTING to one line of "
+            "printable text"
+        )
+
+
+def test_a_secret_with_a_control_character_is_never_printed():
+    Field("X_SECRET_FIELD", "text", "", "a declared secret", secret=True)
+    for name in ("X_SECRET_FIELD", "SOME_API_KEY", "HF_TOKEN"):
+        assert refused({name: "s3cr3t\nvalue"}, lambda env, n=name: env.text(n)) == (
+            f"{name}=<secret, 12 characters> contains a control character ('\\n' at character 7): set {name} to one "
+            "line of printable text"
+        )
+
+
+def test_a_setting_read_twice_is_one_problem():
+    env = Env({"MODEL": "a\nb"}, collect=True)
+    env.text("MODEL")
+    env.text("MODEL")
+    assert env.problems == [
+        "MODEL='a\\nb' contains a control character ('\\n' at character 2): set MODEL to one line of printable text"
+    ]

@@ -160,7 +160,7 @@ trainer's own reader), the trainer gets both. `.gpus`: the GPUs this pod must se
 {{- define "agh.trainEnv" -}}
 {{- $name := include "agh.name" .root -}}
 {{- $c := .root.Values.config -}}
-{{ include "agh.configEnv" (dict "root" .root "names" (list "HARNESS" "AGENT_TIMEOUT_S" "REWARD_KEY" "TOOL_EFFICIENCY_BONUS" "MAX_STEPS" "NUM_GENERATIONS" "MAX_INFLIGHT_ROLLOUTS" "LEARNING_RATE" "TEMPERATURE" "TOKEN_BUDGET" "ENGINE_MAX_MODEL_LEN" "TRAINER_COMPILE_LAYERS" "PER_DEVICE_TRAIN_BATCH_SIZE" "GRADIENT_ACCUMULATION_STEPS" "TRAIN_DTYPE" "SAVE_STEPS" "SAVE_TOTAL_LIMIT" "REPORT_TO" "EVAL_STEPS" "EVAL_DATASETS" "EVAL_ATTEMPTS" "EVAL_PASS_K" "EVAL_TEMPERATURE" "EVAL_TOP_P" "EVAL_MAX_TASKS" "EVAL_CONCURRENCY" "EVAL_BASELINE" "SCREENED_TASKS" "TRACKIO_SPACE_ID" "WANDB_PROJECT" "STOP_FORKING_FRAC" "STOP_UNSCORABLE_FRAC" "STOP_ZERO_SPREAD_FRAC" "STOP_STALE_FRAC" "MAX_STALENESS" "STOP_WINDOW_STEPS" "TRAINER_STALE_S")) | trim }}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "HARNESS" "AGENT_TIMEOUT_S" "REWARD_KEY" "TOOL_EFFICIENCY_BONUS" "MAX_STEPS" "NUM_GENERATIONS" "MAX_INFLIGHT_ROLLOUTS" "LEARNING_RATE" "TEMPERATURE" "TOKEN_BUDGET" "ENGINE_MAX_MODEL_LEN" "TRAINER_COMPILE_LAYERS" "PER_DEVICE_TRAIN_BATCH_SIZE" "GRADIENT_ACCUMULATION_STEPS" "TRAIN_DTYPE" "SAVE_STEPS" "SAVE_TOTAL_LIMIT" "REPORT_TO" "EVAL_STEPS" "EVAL_DATASETS" "EVAL_ATTEMPTS" "EVAL_PASS_K" "EVAL_TEMPERATURE" "EVAL_TOP_P" "EVAL_MAX_TASKS" "EVAL_CONCURRENCY" "EVAL_BASELINE" "SCREENED_TASKS" "TRACKIO_SPACE_ID" "WANDB_PROJECT" "STOP_FORKING_FRAC" "STOP_UNSCORABLE_FRAC" "STOP_ZERO_SPREAD_FRAC" "STOP_STALE_FRAC" "MAX_STALENESS" "STOP_WINDOW_STEPS" "TRAINER_STALE_S" "HUB_MODEL_ID" "HUB_PUSH_CHECKPOINTS" "HUB_PRIVATE" "HUB_PUSH_ATTEMPTS" "HUB_RETRY_S" "HUB_FINAL_WAIT_S" "HF_ENDPOINT")) | trim }}
 - name: ENGINE_URL
   value: "http://{{ $name }}-engine:{{ $c.ENGINE_PORT }}"
 - name: ENV_SERVER_URL
@@ -347,7 +347,18 @@ resources:
 {{- define "agh.preflightEnv" -}}
 {{ include "agh.guardEnv" (dict "root" .root "gpus" .gpus) }}
 {{ include "agh.trainEnv" (dict "root" .root) }}
-{{ include "agh.configEnv" (dict "root" .root "names" (list "TUNNEL_HOSTNAME")) | trim }}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "TUNNEL_HOSTNAME" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL" "MAX_CONCURRENT_ENVS" "AGENT_INSTALL" "ENV_SERVER_SHUTDOWN_GRACE_S" "GRADIO_SHARE_SERVER" "TUNNEL_CHECK_INTERVAL_S" "TUNNEL_CHECK_FAILURES_TO_WITHDRAW" "TUNNEL_CHECK_TIMEOUT_S" "TRIALS_KEEP" "TRIALS_MAX_GB")) | trim }}
+# env-server's and tunnel-check's settings, checked here by their own readers (guards/checks.py), with the
+# values those pods get: the capture proxy binds its pod's address (this pod's stands in for it).
+- name: CAPTURE_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{ include "agh.captureHostOptOut" . }}
+- name: STACK_NAME
+  value: {{ .root.Values.config.STACK_NAME | default (include "agh.stackName" .root) | quote }}
+- name: TRIALS_DIR
+  value: /var/lib/asyncgrpo-harbor/trials
 {{ include "agh.secretEnv" (dict "root" .root "key" "E2B_API_KEY" "optional" false) }}
 {{ include "agh.secretEnv" (dict "root" .root "key" "TUNNEL_TOKEN" "optional" (not (include "agh.namedTunnel" .root))) | trim }}
 {{ include "agh.homeEnv" . }}
@@ -375,7 +386,6 @@ resources:
 {{- define "agh.trainerEnv" -}}
 {{ include "agh.guardEnv" (dict "root" .root "gpus" .gpus) }}
 {{ include "agh.trainEnv" (dict "root" .root) }}
-{{ include "agh.configEnv" (dict "root" .root "names" (list "HUB_MODEL_ID" "HUB_PUSH_CHECKPOINTS" "HUB_PRIVATE" "HUB_PUSH_ATTEMPTS" "HUB_RETRY_S" "HUB_FINAL_WAIT_S" "HF_ENDPOINT")) | trim }}
 - name: PYTORCH_CUDA_ALLOC_CONF
   value: expandable_segments:True
 {{ include "agh.ncclEnv" (dict "root" .root) }}
@@ -383,6 +393,13 @@ resources:
 {{ include "agh.secretEnv" (dict "root" .root "key" "HUB_TOKEN" "optional" true) }}
 {{ include "agh.secretEnv" (dict "root" .root "key" "WANDB_API_KEY" "optional" true) }}
 {{ include "agh.homeEnv" . }}
+{{- end -}}
+
+{{/* The pod's address is not loopback, and cloudflared is another pod: the chart binds the capture proxy
+beyond the tunnel on purpose, and its NetworkPolicies admit only cloudflared and the trainer to it. */}}
+{{- define "agh.captureHostOptOut" -}}
+- name: CAPTURE_HOST_BEYOND_TUNNEL_OK
+  value: "publish-the-capture-proxy-beyond-the-tunnel"
 {{- end -}}
 
 {{- define "agh.envServerEnv" -}}
@@ -404,6 +421,7 @@ resources:
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
+{{ include "agh.captureHostOptOut" . }}
 - name: ENGINE_URL
   value: "http://{{ $name }}-engine:{{ $c.ENGINE_PORT }}"
 - name: TRIALS_DIR
