@@ -148,6 +148,10 @@ def run(args, lr: float, base: dict | None) -> dict:
             f"mismatch mean {row['mismatch_mean']:.2e} max {row['mismatch_max']:.2e}  {row['s']:.0f} s",
             flush=True,
         )
+        if args.eval_every and step % args.eval_every == 0 and step < args.steps:
+            mid = held_out(engine, eval_tasks, args.eval_n, seed=3000 + step)
+            row["heldout"] = mid
+            print(f"[lr={lr:g} {args.dtype}] step {step:2d}  held-out {fmt(mid)}", flush=True)
     after = held_out(engine, eval_tasks, args.eval_n, seed=2000)
     print(f"[lr={lr:g} {args.dtype}] after {fmt(after)}", flush=True)
     separated = after["wilson"][0] > base["wilson"][1]
@@ -164,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--groups", type=int, default=1, help="groups (tasks) per step")
     parser.add_argument("--group-size", type=int, default=8, help="rollouts per group (NUM_GENERATIONS)")
-    parser.add_argument("--eval-n", type=int, default=24, help="held-out rollouts before and after")
+    parser.add_argument("--eval-n", type=int, default=48, help="held-out rollouts before and after")
+    parser.add_argument("--eval-every", type=int, default=0, help="also measure held-out every N steps")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "bf16-pure"), default="fp32")
     parser.add_argument("--no-push", dest="push", action="store_false", help="control: never push weights")
     parser.add_argument("--seed", type=int, default=7)
