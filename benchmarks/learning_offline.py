@@ -41,6 +41,9 @@ eval n=32 held-out rollouts at T=1; the single-turn policy of mock_engine.build_
     lr 3e-4, 15 steps   step pass 0 .25 .25 .38 .75 .63 .88 .88 .88 .88 1.0 .88 1.0 .88 1.0, valid 1.0
                         on every step but 1 (.63) and 8 (.88); held-out after: pass 0.875 [0.719, 0.950],
                         valid 0.938 (= base: format intact), A 0 B 0 C .88 D .06. Intervals separate.
+    again, --seed 8     lr 3e-4: step pass .38 .38 .38 .25 .88 .50 .75 .75 .63 .88 1.0 1.0 .88 .88 1.0;
+                        held-out after: pass 0.906 [0.758, 0.968], valid 0.938. lr 5e-4: held-out
+                        after 0.875 [0.719, 0.950], valid 0.906 (step valid down to .63 and .75).
     lr 0 (control)      step pass 0 .25 .13 .25 .25 .50 .13 .25 .25 .13 .50 .13 .25 .25 .13 (mean 0.22);
                         held-out after: pass 0.219 [0.110, 0.388], valid 0.938. Intervals overlap.
   Steps took 5-28 s each (8 rollouts of ~130 sampled tokens on a 3.4k-token prompt, plus the update);
