@@ -5,22 +5,25 @@
 The tiny-agent model (mock_engine.build_model) is random: it never writes a valid tool call, so the CPU
 form scripts its rollouts, and its reward does not depend on its weights. This one is the same Qwen3
 shape and the same character tokenizer (so turns chain exactly as before), fine-tuned at image build
-time on generated mini-swe-agent 2.4.6 conversations for the pick-answer family (datasets/pick-answer):
+time on generated mini-swe-agent 2.4.6 conversations for the pick-answer family (datasets/pick-answer).
+Its whole rollout is one turn:
 
-  turn 1  <tool_call>{"name": "bash", "arguments": {"command": "printf X > /app/answer.txt"}}</tool_call>
-          with X one of A, B, C, D: the target at X is the uniform distribution, so the policy's own
-          samples pick each letter about a quarter of the time (the family rewards C: base pass rate ~0.25);
-  turn 2  the same call with mini-swe-agent's submit command, after the tool's observation.
+  <tool_call>{"name": "bash", "arguments": {"command":
+      "printf X > /app/answer.txt && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}</tool_call>
+
+with X one of A, B, C, D. The command's output starts with mini-swe-agent's submit marker, which ends
+the run (its environments' `_check_finished`), so there is no second turn to keep in format. At X the
+target is the uniform distribution, so the policy's own samples pick each letter about a quarter of the
+time (the family rewards C: base pass rate ~0.25); every other token of the turn is format, fitted until
+its entropy is tiny (printed at the end), so that the letter is the only choice a rollout makes and the
+only thing the reward can teach.
 
 Nothing is scripted when it is served (MOCK_SCRIPT_PROB=0, no MOCK_SCRIPT_FILE): every token is the
-policy's own sample, so a reward that rises can only come from weights that changed. The answer command
-starts with `printf`, the submit one with `echo`: the turn is decided at the command's first character,
-and no letter (C!) is a prefix of the submit command.
+policy's own sample, so a reward that rises can only come from weights that changed.
 
-Training is next-token cross-entropy on the assistant tokens of whole two-turn conversations (prompt
-tokens are context only), deterministic from SEED on CPU, in two phases (prompt_loss says why);
-`python -m mock_engine.policy_eval` measures what came out (valid actions, rate of each letter, the
-engine probe's top-two gap).
+Training is next-token cross-entropy on the assistant tokens (prompt tokens are context only),
+deterministic from SEED on CPU, in two phases (prompt_loss says why); `python -m mock_engine.policy_eval`
+measures what came out (valid actions, rate of each letter, the engine probe's top-two gap).
 """
 
 from __future__ import annotations
@@ -39,12 +42,15 @@ SEED = 25
 LETTERS = ("A", "B", "C", "D")
 ANSWER_FILE = "/app/answer.txt"
 # Two phases (prompt_loss says why): many cheap steps on the prompt's last 16..SHORT_CONTEXT tokens teach
-# the turns' exact text, then FULL_STEPS on the whole prompt teach reading it as the agent sends it.
-# Measured on 2 cores with policy_eval: see the figures in the module's report (mock_engine.json).
+# the turn's exact text, then FULL_STEPS on the whole prompt teach reading it as the agent sends it.
+# Measured (one thread, on held-out prompts): 400 + 300 steps left a format token at 0.51 nats of entropy
+# (valid actions 0.91 at T=1) and its format broke under policy-gradient at lr 5e-4 and 1e-3; 300 + 600
+# steps: format entropy mean 2.9e-3, max 3.6e-2 nats, and at lr 3e-4 the format held (valid 0.94 before
+# and after 15 steps of 8) while C went 0.25 -> 0.88 (benchmarks/learning_offline.py). 169 s of CPU.
 SHORT_STEPS = 300
 SHORT_PROMPTS = 2  # prompts per short step, each with all four letters
 SHORT_CONTEXT = 384
-FULL_STEPS = 200
+FULL_STEPS = 600
 FULL_LR = 1e-3
 UNAMES = 16  # sandbox unames drawn once; with the 32 train tasks, at most 512 distinct prompts to render
 LR = 1e-2
@@ -59,7 +65,10 @@ MAX_POSITIONS = 32768
 
 
 def answer_command(letter: str) -> str:
-    return f"printf {letter} > {ANSWER_FILE}"
+    """The whole action, in one turn: the letter comes first (the only token the policy should be unsure
+    of), then mini-swe-agent's submit marker, whose output line ends the run (its environments'
+    `_check_finished`: the output's first line is the marker and the return code is 0)."""
+    return f"printf {letter} > {ANSWER_FILE} && {agent_turns.SUBMIT}"
 
 
 def random_uname(rng: random.Random) -> tuple[str, str, str, str]:
@@ -87,10 +96,10 @@ def read_tasks(tasks_dir: str | Path) -> list[str]:
 
 @dataclass
 class Conversation:
-    """One two-turn conversation as token ids, with where each assistant turn's tokens are."""
+    """One single-turn conversation as token ids, with where the assistant turn's tokens are."""
 
     ids: list[int]
-    turns: list[tuple[int, int]]  # [start, end) of each assistant completion (end-of-turn token included)
+    turns: list[tuple[int, int]]  # [start, end) of the assistant completion (end-of-turn token included)
     letter_pos: int  # index in `ids` of the answer letter
 
 
@@ -104,23 +113,14 @@ def render(tokenizer, messages: list[dict]) -> list[int]:
 def conversation(tokenizer, task: str, uname, letter: str) -> Conversation:
     """The conversation the agent and the engine would have on `task` if the policy answered `letter`."""
     eos = tokenizer.eos_token_id
-    messages = agent_turns.first_messages(task, uname)
-    prompt1 = render(tokenizer, messages)
-    args1 = agent_turns.command_arguments(answer_command(letter))
-    done1 = tokenizer.encode(toolcalls.format_call("bash", json.loads(args1)), add_special_tokens=False) + [eos]
-    messages += [agent_turns.assistant_call(args1, "call_1"), agent_turns.observation("", 0, "call_1")]
-    prompt2 = render(tokenizer, messages)
-    if prompt2[: len(prompt1) + len(done1)] != prompt1 + done1:
-        raise AssertionError("turn 1 does not re-render as sampled: the corpus would teach a forking turn")
-    args2 = agent_turns.command_arguments(agent_turns.SUBMIT)
-    done2 = tokenizer.encode(toolcalls.format_call("bash", json.loads(args2)), add_special_tokens=False) + [eos]
-    ids = prompt2 + done2
+    prompt = render(tokenizer, agent_turns.first_messages(task, uname))
+    text = toolcalls.format_call("bash", json.loads(agent_turns.command_arguments(answer_command(letter))))
+    ids = prompt + tokenizer.encode(text, add_special_tokens=False) + [eos]
     # One character is one token (mock_engine.tokenizer), so a text offset is a token offset.
-    text1 = toolcalls.format_call("bash", json.loads(args1))
-    letter_pos = len(prompt1) + text1.index(answer_command(letter)) + len("printf ")
+    letter_pos = len(prompt) + text.index(answer_command(letter)) + len("printf ")
     if tokenizer.decode([ids[letter_pos]]) != letter:
         raise AssertionError(f"letter position {letter_pos} holds {tokenizer.decode([ids[letter_pos]])!r}")
-    return Conversation(ids, [(len(prompt1), len(prompt1) + len(done1)), (len(prompt2), len(ids))], letter_pos)
+    return Conversation(ids, [(len(prompt), len(ids))], letter_pos)
 
 
 def new_model(tokenizer):
@@ -149,7 +149,7 @@ def new_model(tokenizer):
 
 def letter_variants(conv: Conversation, tokenizer) -> list[Conversation]:
     """The same conversation with each of LETTERS as the answer: one token differs (the letter appears
-    once, and turn 2's prompt carries turn 1 verbatim), so one rendering serves all four."""
+    once), so one rendering serves all four."""
     out = []
     for letter in LETTERS:
         ids = list(conv.ids)
@@ -186,12 +186,44 @@ def prompt_loss(model, convs: list[Conversation], letter_ids: list[int], context
     return total, count, text
 
 
-def build(out_dir: str | Path, tasks_dir: str | Path, log=print) -> Path:
+def format_entropy(model, convs: list[Conversation], letter_ids: list[int]) -> dict:
+    """How sure the policy is of its action, on the given conversations: the entropy (nats) of its
+    next-token distribution at every assistant position but the letter (mean and max), the letter's
+    entropy (ln 4 = 1.386 is an even choice) and the probability of all four letters together there."""
+    import torch
+
+    fmt, letter_h, letter_mass = [], [], []
+    with torch.inference_mode():
+        for c in convs:
+            logp = torch.log_softmax(model(input_ids=torch.tensor([c.ids])).logits[0].float(), -1)
+            h = -(logp.exp() * logp).sum(-1)
+            for s, e in c.turns:
+                fmt += [float(h[p - 1]) for p in range(s, e) if p != c.letter_pos]
+            letters = logp[c.letter_pos - 1, letter_ids]
+            q = torch.softmax(letters, -1)
+            letter_h.append(float(-(q * q.log()).sum()))
+            letter_mass.append(float(letters.exp().sum()))
+    return {
+        "format_entropy_mean": sum(fmt) / len(fmt),
+        "format_entropy_max": max(fmt),
+        "letter_entropy": sum(letter_h) / len(letter_h),
+        "letter_mass": sum(letter_mass) / len(letter_mass),
+    }
+
+
+def build(
+    out_dir: str | Path,
+    tasks_dir: str | Path,
+    short_steps: int = SHORT_STEPS,
+    full_steps: int = FULL_STEPS,
+    log=print,
+) -> Path:
     import torch
 
     from mock_engine.tokenizer import build_tokenizer
 
     started = time.monotonic()
+    cpu0 = time.process_time()
     torch.manual_seed(SEED)
     rng = random.Random(SEED)
     tokenizer = build_tokenizer()
@@ -201,18 +233,17 @@ def build(out_dir: str | Path, tasks_dir: str | Path, log=print) -> Path:
     model = new_model(tokenizer)
     letter_ids = [tokenizer.convert_tokens_to_ids(letter) for letter in LETTERS]
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    steps = SHORT_STEPS + FULL_STEPS
+    steps = short_steps + full_steps
     # Linear decay over the short phase (to 0.1 LR); the full phase, which starts from a jump in loss
-    # (a model fitted on <= SHORT_CONTEXT tokens reads a 3.4k-token prompt badly: measured 3.7 nats per
-    # token at its first full step), holds FULL_LR.
+    # (a model fitted on <= SHORT_CONTEXT tokens reads a 3.4k-token prompt badly), holds FULL_LR.
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
-        lambda s: min(1.0, (s + 1) / WARMUP) * max(0.1, 1.0 - s / SHORT_STEPS) if s < SHORT_STEPS else FULL_LR / LR,
+        lambda s: min(1.0, (s + 1) / WARMUP) * max(0.1, 1.0 - s / short_steps) if s < short_steps else FULL_LR / LR,
     )
     model.train()
     loss_value = text_value = float("nan")
     for step in range(steps):
-        full = step >= SHORT_STEPS
+        full = step >= short_steps
         context = None if full else rng.randint(16, SHORT_CONTEXT)
         opt.zero_grad()
         total, text, count, n_convs = 0.0, 0.0, 0, 0
@@ -232,13 +263,24 @@ def build(out_dir: str | Path, tasks_dir: str | Path, log=print) -> Path:
         opt.step()
         sched.step()
         loss_value, text_value = total / count, text / (count - n_convs)
-        if step % 25 == 0 or step == steps - 1 or step == SHORT_STEPS:
+        if step % 25 == 0 or step == steps - 1 or step == short_steps:
             log(
                 f"build_policy: step {step + 1}/{steps} ({'full' if full else 'short'} context) loss "
                 f"{loss_value:.4f}, {text_value:.5f} nats per token outside the letter "
                 f"({time.monotonic() - started:.0f} s)"
             )
     model.eval()
+    # Measured on prompts it was not fitted on: train tasks with sandbox unames drawn afresh.
+    check_rng = random.Random(SEED + 1)
+    checks = [
+        conversation(tokenizer, tasks[i % len(tasks)], random_uname(check_rng), LETTERS[i % len(LETTERS)])
+        for i in range(4)
+    ]
+    sureness = format_entropy(model, checks, letter_ids)
+    log(
+        "build_policy: format entropy mean {format_entropy_mean:.2e} max {format_entropy_max:.2e} nats, "
+        "letter entropy {letter_entropy:.3f} (even: 1.386), letter mass {letter_mass:.4f}".format(**sureness)
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Only <|im_end|> ends a turn: the chat template renders every assistant turn with it (mock_engine.lm).
@@ -247,17 +289,20 @@ def build(out_dir: str | Path, tasks_dir: str | Path, log=print) -> Path:
     tokenizer.save_pretrained(out)
     meta = {
         "seed": SEED,
-        "short_steps": SHORT_STEPS,
-        "full_steps": FULL_STEPS,
+        "short_steps": short_steps,
+        "full_steps": full_steps,
         "lr": LR,
         "full_lr": FULL_LR,
         "final_loss": round(loss_value, 5),
         "final_text_nats_per_token": round(text_value, 6),
         "train_tasks": len(tasks),
         "build_s": round(time.monotonic() - started, 1),
+        "build_cpu_s": round(time.process_time() - cpu0, 1),
         "letters": list(LETTERS),
+        **{k: round(v, 6) for k, v in sureness.items()},
     }
     (out / "mock_engine.json").write_text(json.dumps(meta) + "\n")
+    log(f"build_policy: {meta['build_s']} s wall, {meta['build_cpu_s']} s CPU")
     return out
 
 
@@ -265,11 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", help="folder to write the model and tokenizer into")
     parser.add_argument("--tasks", required=True, help="the pick-answer train split (a folder of Harbor tasks)")
+    parser.add_argument("--short-steps", type=int, default=SHORT_STEPS)
+    parser.add_argument("--full-steps", type=int, default=FULL_STEPS)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     import torch
 
-    torch.set_num_threads(2)
-    out = build(args.out_dir, args.tasks, log=lambda s: print(s, file=sys.stderr, flush=True))
+    torch.set_num_threads(args.threads)
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    out = build(args.out_dir, args.tasks, args.short_steps, args.full_steps, log=log)
     print(f"build_policy: built {out}", file=sys.stderr)
     return 0
 

@@ -2,11 +2,11 @@
 
     python -m mock_engine.policy_eval /app/models/pick-policy --tasks /app/datasets/pick-answer/heldout
 
-Each rollout is the agent's two turns on one task, through the mock engine's own code: the chat
+Each rollout is the agent's one turn on one task, through the mock engine's own code: the chat
 template renders mini-swe-agent's conversation, `TinyLM.sample` draws every token (temperature 1.0, no
 truncation, nothing scripted), `toolcalls.parse` decides whether the agent would see a tool call.
-Prints the fraction of valid actions (turn 1 writes a letter, turn 2 submits, turn 2's prompt extends
-turn 1's exactly), the rate of each letter, the pass rate the family's verifier would give, and the
+Prints the fraction of valid actions (one bash call that writes a letter and submits, ended by the
+end-of-turn token), the rate of each letter, the pass rate the family's verifier would give, and the
 top-two gap the engine probe measures (services/engine/probe.py needs >= 0.5 at T=1 that halves at T=2).
 """
 
@@ -24,18 +24,17 @@ from mock_engine import agent_turns, toolcalls
 from mock_engine.build_policy import LETTERS, random_uname, read_tasks
 
 REWARDED = "C"  # datasets/pick-answer/generate.py: the letter the family's verifier rewards
-_ANSWER = re.compile(r"printf ([A-Z]) > /app/answer\.txt")
+_ANSWER = re.compile(r"printf ([A-Z]) > /app/answer\.txt && " + re.escape(agent_turns.SUBMIT))
 PROBE_PROMPT = "Reply with exactly: hello"  # services/engine/probe.py and OpenEnv's validate_llm
 
 
 @dataclass
 class Rollout:
-    letter: str | None  # the letter turn 1 wrote, None when turn 1 was no answer command
-    valid: bool  # answer written, then submitted, in calls the agent accepts, without a fork
-    forked: bool  # turn 2's prompt did not start with turn 1's prompt and sampled ids
+    letter: str | None  # the letter the action wrote, None when the turn was no valid action
+    valid: bool  # one bash call the agent accepts: write a letter, then submit
     commands: list[str | None] = field(default_factory=list)
-    # For training on it: the token ids of the whole exchange, where each sampled turn sits in them,
-    # and the engine's logprob of every sampled token (turn by turn).
+    # For training on it: the token ids of the whole exchange, where the sampled turn sits in them,
+    # and the engine's logprob of every sampled token.
     ids: list[int] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -56,32 +55,17 @@ def _command(text_ids: list[int], lm) -> str | None:
 def rollout(lm, task: str, uname, seed: int, temperature: float = 1.0, max_tokens: int = 256) -> Rollout:
     from mock_engine.lm import Sampling
 
-    messages = agent_turns.first_messages(task, uname)
-    tools = [agent_turns.BASH_TOOL]
-    out = Rollout(letter=None, valid=False, forked=False)
-    prompt = lm.render_chat(messages, tools, True, None)
-    for turn in range(2):
-        gen = lm.sample(prompt, Sampling(max_tokens=max_tokens, temperature=temperature, seed=seed * 2 + turn))
-        out.ids = prompt + gen.token_ids
-        out.spans.append((len(prompt), len(out.ids)))
-        out.logprobs += gen.logprobs
-        text = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
-        command = _command(text, lm) if gen.finish_reason == "stop" else None
-        out.commands.append(command)
-        if turn == 1:
-            out.valid = out.letter is not None and command == agent_turns.SUBMIT
-            break
-        match = _ANSWER.fullmatch(command or "")
-        if not match:
-            break
-        out.letter = match.group(1)
-        arguments = toolcalls.parse(lm.decode(text), tools_offered=True).tool_calls[0]["function"]["arguments"]
-        messages += [agent_turns.assistant_call(arguments, "call_1"), agent_turns.observation("", 0, "call_1")]
-        nxt = lm.render_chat(messages, tools, True, None)
-        if nxt[: len(out.ids)] != out.ids:
-            out.forked = True
-            break
-        prompt = nxt
+    prompt = lm.render_chat(agent_turns.first_messages(task, uname), [agent_turns.BASH_TOOL], True, None)
+    gen = lm.sample(prompt, Sampling(max_tokens=max_tokens, temperature=temperature, seed=seed * 2))
+    out = Rollout(letter=None, valid=False)
+    out.ids = prompt + gen.token_ids
+    out.spans.append((len(prompt), len(out.ids)))
+    out.logprobs += gen.logprobs
+    command = _command(gen.token_ids[:-1], lm) if gen.finish_reason == "stop" else None
+    out.commands.append(command)
+    match = _ANSWER.fullmatch(command or "")
+    if match:
+        out.letter, out.valid = match.group(1), True
     return out
 
 
@@ -91,7 +75,6 @@ def summarize(rollouts: list[Rollout]) -> dict:
     return {
         "n": n,
         "valid": sum(r.valid for r in rollouts) / n,
-        "forked": sum(r.forked for r in rollouts),
         "letter_rate": {x: letters.get(x, 0) / n for x in LETTERS},
         "other": (n - sum(letters.values())) / n,
         "pass": sum(r.reward for r in rollouts) / n,
@@ -139,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     rates = " ".join(f"{k}={v:.3f}" for k, v in s["letter_rate"].items())
     print(
         f"policy_eval: {s['n']} rollouts at T={args.temperature:g} on {args.tasks}: valid {s['valid']:.3f}, "
-        f"forked {s['forked']}, letters {rates} other={s['other']:.3f}, pass rate ({REWARDED}) {s['pass']:.3f}"
+        f"letters {rates} other={s['other']:.3f}, pass rate ({REWARDED}) {s['pass']:.3f}"
     )
     print(f"policy_eval: probe top-two gap {g1:.3f} at T=1, {g2:.3f} at T=2 (ratio {g2 / g1:.3f}; need >= 0.5, ~0.5)")
     bad = [r.commands for r in rollouts if not r.valid][:3]

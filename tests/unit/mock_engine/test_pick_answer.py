@@ -83,22 +83,48 @@ def test_policy_facts_agree_with_the_family():
     assert build_policy.LETTERS == gen.LETTERS
     assert policy_eval.REWARDED == gen.REWARDED
     assert build_policy.ANSWER_FILE == gen.ANSWER_FILE
-    assert f"printf {gen.REWARDED} > {gen.ANSWER_FILE}" == build_policy.answer_command(gen.REWARDED)
+    assert build_policy.answer_command(gen.REWARDED).startswith(f"printf {gen.REWARDED} > {gen.ANSWER_FILE} && ")
 
 
-def test_the_turn_is_decided_at_the_first_character_of_the_command():
-    """The answer command and the submit command part at their first character, so no letter (C) can be
-    read as the start of mini-swe-agent's submit command."""
+def test_the_single_action_writes_the_letter_and_ends_the_run(tmp_path):
+    """One command answers and submits: run for real, its output's first line is mini-swe-agent
+    2.4.6's marker with return code 0 (what its environments' `_check_finished` ends the run on), and
+    the verifier then reads the letter it wrote."""
+    task = _tasks("heldout")[0]
+    app = tmp_path / "app"
+    app.mkdir()
+    command = build_policy.answer_command("C").replace("/app/", f"{app}/")
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.lstrip().splitlines()[0].strip()) == (
+        0,
+        "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",
+    )
+    assert (app / "answer.txt").read_text() == "C"
+    assert _verify(task, tmp_path, "C") == "1"
+
+
+def test_the_letter_comes_first_in_the_action():
+    """The letter is the command's eighth character, so every later token of the action is format the
+    policy can be sure of, and the letter is the only choice the rollout makes."""
     for letter in build_policy.LETTERS:
-        assert build_policy.answer_command(letter)[0] != agent_turns.SUBMIT[0]
+        command = build_policy.answer_command(letter)
+        assert command.index(letter) == len("printf ")
+        assert command == f"printf {letter} > /app/answer.txt && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
-def test_the_policy_turns_parse_as_tool_calls_that_render_back_exactly():
-    for command in [build_policy.answer_command("B"), agent_turns.SUBMIT]:
-        text = toolcalls.format_call("bash", {"command": command})
-        parsed = toolcalls.parse(text, tools_offered=True)
-        assert json.loads(parsed.tool_calls[0]["function"]["arguments"]) == {"command": command}
-        assert toolcalls.render_assistant(parsed.content, parsed.tool_calls) == text
+def test_policy_eval_reads_the_letter_of_exactly_the_action():
+    for letter in build_policy.LETTERS:
+        assert policy_eval._ANSWER.fullmatch(build_policy.answer_command(letter)).group(1) == letter
+    assert policy_eval._ANSWER.fullmatch("printf C > /app/answer.txt") is None
+    assert policy_eval._ANSWER.fullmatch(agent_turns.SUBMIT) is None
+
+
+def test_the_policy_turn_parses_as_a_tool_call_that_renders_back_exactly():
+    command = build_policy.answer_command("B")
+    text = toolcalls.format_call("bash", {"command": command})
+    parsed = toolcalls.parse(text, tools_offered=True)
+    assert json.loads(parsed.tool_calls[0]["function"]["arguments"]) == {"command": command}
+    assert toolcalls.render_assistant(parsed.content, parsed.tool_calls) == text
 
 
 def test_the_observation_of_a_silent_command_is_mini_swe_agents():
