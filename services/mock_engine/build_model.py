@@ -38,16 +38,12 @@ MAX_POSITIONS = 32768
 LM_HEAD_STD = 0.5
 
 
-def build(out_dir: str | Path) -> Path:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def qwen3_config(tokenizer):
+    """The shape both CPU-form models share (this one and the learnable policy, build_policy): the trainer's
+    CPU budget and the engine's speed are measured on it."""
+    from transformers import Qwen3Config
 
-    from mock_engine.tokenizer import build_tokenizer
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
-    config = Qwen3Config(
+    return Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=HIDDEN,
         intermediate_size=INTERMEDIATE,
@@ -63,6 +59,18 @@ def build(out_dir: str | Path) -> Path:
         pad_token_id=tokenizer.pad_token_id,
         dtype="float32",
     )
+
+
+def build(out_dir: str | Path) -> Path:
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    from mock_engine.tokenizer import build_tokenizer
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    config = qwen3_config(tokenizer)
     torch.manual_seed(SEED)
     model = Qwen3ForCausalLM(config)
     with torch.no_grad():

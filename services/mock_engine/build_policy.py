@@ -55,13 +55,8 @@ FULL_LR = 1e-3
 UNAMES = 16  # sandbox unames drawn once; with the 32 train tasks, at most 512 distinct prompts to render
 LR = 1e-2
 WARMUP = 20
-# Same shape as the tiny-agent model (mock_engine.build_model), so the trainer's CPU budget is unchanged.
-HIDDEN = 64
-LAYERS = 2
-HEADS = 4
-KV_HEADS = 2
-INTERMEDIATE = 192
-MAX_POSITIONS = 32768
+# The shape is the tiny-agent model's (mock_engine.build_model.qwen3_config), so the trainer's CPU budget
+# is unchanged.
 
 
 def answer_command(letter: str) -> str:
@@ -125,24 +120,11 @@ def conversation(tokenizer, task: str, uname, letter: str) -> Conversation:
 
 def new_model(tokenizer):
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV_HEADS,
-        head_dim=HIDDEN // HEADS,
-        max_position_embeddings=MAX_POSITIONS,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        dtype="float32",
-    )
+    from mock_engine.build_model import qwen3_config
+
+    config = qwen3_config(tokenizer)
     torch.manual_seed(SEED)
     return Qwen3ForCausalLM(config)
 
