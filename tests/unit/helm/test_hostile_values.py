@@ -21,7 +21,7 @@ import helm_python as helm
 import pytest
 import yaml
 from unit.helm.helm_render import CHART, REQUIRED, render, render_text
-from unit.helm.pod_security import pod_specs, restricted_violations
+from unit.helm.pod_security import RESTRICTED_VOLUMES, pod_specs, restricted_violations
 
 MARK = "injectedbyvalue"
 PAYLOADS = {
@@ -32,26 +32,6 @@ PAYLOADS = {
     # A volume, for the templates where a string lands in a volume's block.
     "volume": f"1Gi\n  hostPath:\n    path: /\n{MARK}: 1",
 }
-
-# Volume types Pod Security "restricted" admits; anything else (hostPath first) is a way out of the pod.
-RESTRICTED_VOLUMES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
-
-
-def _pods(docs):
-    for doc in docs:
-        if doc["kind"] in ("Deployment", "Job", "StatefulSet", "DaemonSet"):
-            yield doc["metadata"]["name"], doc["spec"]["template"]["spec"]
-        elif doc["kind"] == "Pod":
-            yield doc["metadata"]["name"], doc["spec"]
 
 
 def _keys(node, path=""):
@@ -66,7 +46,7 @@ def _keys(node, path=""):
 
 def assert_contained(docs: list[dict]) -> None:
     """The properties no value may take away."""
-    for name, pod in _pods(docs):
+    for name, pod in pod_specs(docs):
         for field in ("hostNetwork", "hostPID", "hostIPC"):
             assert not pod.get(field), f"{name}: {field}"
         assert pod.get("hostUsers", False) is False or pod.get("hostUsers") is None, f"{name}: hostUsers"
