@@ -42,7 +42,7 @@ def stack(tmp_path_factory):
     bucket.mkdir()
     with cpu_engine(work) as engine:
         model_dir, engine_url, capture_url = engine["model"], engine["engine"], engine["capture"]
-        with HubStandin(work / "hub", token=TOKEN) as hub:
+        with HubStandin(work / "hub", token=TOKEN, user="me") as hub:
             env = {
                 "MODEL": str(model_dir),
                 "ENGINE_URL": engine_url,
