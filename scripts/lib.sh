@@ -100,6 +100,14 @@ ensure_compose() {
   CPU_COMPOSE=("${COMPOSE[@]}" --project-directory "$REPO" -f "$REPO/compose.yaml" -f "$REPO/compose.cpu.yaml")
 }
 
+# `--learn` as the first argument after --cpu: the CPU form that learns (compose.learn.yaml: the pick-answer
+# policy on its task family, nothing scripted). Adds the overlay to CPU_COMPOSE; returns 0 when it was asked
+# for, so the caller shifts it off.
+learn_overlay() {
+  [[ ${1:-} == --learn ]] || return 1
+  CPU_COMPOSE+=(-f "$REPO/compose.learn.yaml")
+}
+
 # Runs a command with its output in `log` (the second argument), printing one line at least every
 # PROGRESS_EVERY_S seconds (default 10): the time so far and the log's last line, so a long quiet step (the
 # base image's debootstrap, 91 s) shows that it moves. Returns the command's exit status.

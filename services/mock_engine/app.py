@@ -438,7 +438,7 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     @app.post("/finish_weight_update")
     def finish_weight_update():
         try:
-            return {"status": "ok", **lm.finish_update()}
+            return {"status": "ok", **lm.finish_update(serve="weights_not_served" not in app.state.faults)}
         except WeightUpdateError as exc:
             raise BadRequest(str(exc)) from None
 

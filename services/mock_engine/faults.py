@@ -18,6 +18,8 @@ FAULTS = {
     "(vLLM without --return-tokens-as-token-ids)",
     "fork": "every turn's prompt re-renders the conversation's start differently (as a template that renders "
     "history by turn count): no turn extends the last, every multi-turn rollout forks",
+    "weights_not_served": "weight updates are acknowledged and counted (the served version moves) but the old "
+    "weights keep serving: the learning gate's control (tests/learning), which no handshake can see",
 }
 
 

@@ -249,8 +249,9 @@ class TinyLM:
             self._staged[name] = tensor.clone()
         return len(self._staged)
 
-    def finish_update(self) -> dict:
-        """Swap every staged tensor in at once (between two forward steps), or nothing."""
+    def finish_update(self, serve: bool = True) -> dict:
+        """Swap every staged tensor in at once (between two forward steps), or nothing. `serve=False` is the
+        `weights_not_served` fault: the update is acknowledged and counted, and the old weights stay."""
         staged, declared = self._staged, self._declared
         self._staged, self._declared = None, None
         if staged is None:
@@ -263,7 +264,8 @@ class TinyLM:
         params = dict(self.model.named_parameters())
         with self.lock, torch.no_grad():
             for name, tensor in staged.items():
-                params[name].copy_(tensor)
+                if serve:
+                    params[name].copy_(tensor)
             if staged:
                 self.weight_version += 1
         untouched = len(params) - len(staged)

@@ -43,6 +43,8 @@ class Stack:
     _events_proc: subprocess.Popen | None = None
     # The compose project this driver owns; the fault suite (tests/faults) runs its own.
     project: str = PROJECT
+    # Compose files on top of compose.yaml and compose.cpu.yaml (the learning gate adds compose.learn.yaml).
+    overlays: tuple[str, ...] = ()
 
     def compose(self, *args: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
         base = [
@@ -55,6 +57,7 @@ class Stack:
             str(ROOT / "compose.yaml"),
             "-f",
             str(ROOT / "compose.cpu.yaml"),
+            *(arg for name in self.overlays for arg in ("-f", str(ROOT / name))),
             "--env-file",
             str(self.env_file),
         ]

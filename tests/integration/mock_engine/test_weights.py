@@ -135,3 +135,24 @@ def test_trl_introspection_routes(engine):
     assert info["model_config"]["dtype"] == "torch.float32"
     assert info["lora_config"] is None and info["parallel_config"]["data_parallel_size"] == 1
     assert requests.post(f"{engine}/init_weight_transfer_engine", json={"init_info": {"world_size": 2}}, timeout=10).ok
+
+
+def test_weights_not_served_fault_acknowledges_and_counts_but_keeps_serving_the_old_weights(engine, hf):
+    """The learning gate's control (tests/learning): a push that every handshake calls a success, a served
+    version that moves, and the base weights still answering. Only a reward that does not rise can tell."""
+    tok, model = hf
+    prompt = tok.encode("<|im_start|>user\nfix the bug<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    before = first_position_logprobs(engine, prompt)
+    version = requests.get(f"{engine}/mock/weight_manifest", timeout=10).json()["weight_version"]
+    updated = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in updated.parameters():
+            p.add_(0.05)
+    requests.post(f"{engine}/mock/faults", json={"active": ["weights_not_served"]}, timeout=10).raise_for_status()
+    try:
+        result = send(engine, updated)
+    finally:
+        requests.post(f"{engine}/mock/faults", json={"active": []}, timeout=10).raise_for_status()
+    assert result["updated"] == len(list(model.parameters())) and result["weight_version"] == version + 1
+    after = first_position_logprobs(engine, prompt)
+    assert all(abs(after[t] - before[t]) < 1e-6 for t in before)
