@@ -56,7 +56,8 @@ def resolve_splits(rows: Sequence[dict], splits: Sequence[str]) -> list[str]:
     if not splits:
         raise ValueError(
             "no evaluation split: set EVAL_DATASETS (a dataset the env server serves; keep it out of DATASETS so "
-            "it is held out) or pass --split"
+            "it is held out) or pass --split; in the CPU form, `--cpu --learn` serves a held-out split "
+            "(datasets/pick-answer/heldout) and evaluates it by default"
         )
     served = sorted({task_ref_from_prompt(r["prompt"]).split for r in rows})
     resolved, unknown = [], []
