@@ -24,7 +24,10 @@ class CurveCallback(TrainerCallback):
             self.curve.write()
         except OSError as exc:
             if not self.failed:
-                print(f"trainer: cannot write the learning curve in {self.curve.run_dir} ({exc}); training goes on", flush=True)
+                print(
+                    f"trainer: cannot write the learning curve in {self.curve.run_dir} ({exc}); training goes on",
+                    flush=True,
+                )
             self.failed = True
 
     def on_train_begin(self, args, state, control, **kwargs):

@@ -30,7 +30,6 @@ def test_a_failed_write_keeps_the_old_document_and_no_temp_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["capture_url.json"]
 
 
-
 def test_write_bytes_writes_them_unchanged(tmp_path):
     data = bytes(range(256)) + b"\r\n\n"  # no newline translation, no encoding
     atomic.write_bytes(tmp_path / "curve.png", data)
