@@ -1,7 +1,7 @@
 """Write a file so that a reader sees the old one or the new one, never half of one.
 
 A half-written hand-off would read as "no URL" and refuse a rollout for nothing; a half-written status
-or eval report would make `scripts/status` (or a resumed comparison) crash on a running trainer. Temp
+or eval report (or the run's curve.png) would make `scripts/status` (or a resumed comparison) crash on a running trainer. Temp
 file in the same folder, then rename (atomic on one filesystem).
 """
 
@@ -15,12 +15,20 @@ from pathlib import Path
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
+    _write(path, "w", text)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    _write(path, "wb", data)
+
+
+def _write(path: str | os.PathLike, mode: str, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
         # Readable by other services and by status, whatever user they run as (mkstemp makes it 0600).
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)

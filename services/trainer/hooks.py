@@ -1,7 +1,8 @@
 """What the trainer adds to TRL's loop for evaluation and publishing, kept out of train.py.
 
 `check` runs before the warm-up rollout, so a bad EVAL_* or SCREENED_TASKS setting stops the run before
-anything is paid for; `install` puts the callbacks in place once the trainer exists.
+anything is paid for; `install` puts the callbacks in place once the trainer exists, the learning curve's
+(trainer/curve.py) last of all.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .curve_callback import CurveCallback
 from .eval_callback import PeriodicEval, status_summary
 from .evaluate import select_tasks
 from .hub_callback import HubPublish
@@ -32,3 +34,5 @@ def install(trainer: Any, s: Any, runner: Any, rows: list[dict], status: Any) ->
         trainer.callback_handler.callbacks.insert(0, PeriodicEval(runner, rows, s, status))
     if s.hub.model_id:
         trainer.add_callback(HubPublish(s, status))
+    # Last, so the step's row sees every figure the callbacks before it added to `logs` (the eval's first).
+    trainer.add_callback(CurveCallback(s.run_dir, status))

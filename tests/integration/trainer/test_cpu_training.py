@@ -122,6 +122,13 @@ def test_two_steps_then_resume(stack):
 
     # The dashboard is on the bucket.
     assert list((stack["bucket"] / "dashboards" / "tensorboard" / RUN).glob("events.out.tfevents.*"))
+    # The learning curve beside the checkpoints (trainer/curve.py): a row per logged step, a PNG.
+    from trainer import curve
+
+    first = curve.read_csv(run_dir / "curve.csv")
+    assert [r["step"] for r in first] == [1, 2], first
+    assert all(r["mismatch_kl_mean"] is not None for r in first), first  # TRL's `kl` at least, every step
+    assert (run_dir / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Restart with the same run name: resumes from checkpoint-2 and trains step 3.
     log = train(stack, max_steps=3)
@@ -129,6 +136,10 @@ def test_two_steps_then_resume(stack):
     state = json.loads((run_dir / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     assert json.loads((run_dir / "status.json").read_text())["step"] == 3
+    # The resumed curve continues: steps 1-2 rebuilt from checkpoint-2's log_history, the same figures, no
+    # duplicate step.
+    resumed = curve.read_csv(run_dir / "curve.csv")
+    assert [r["step"] for r in resumed] == [1, 2, 3] and resumed[:2] == first, (first, resumed)
     # Retention: SAVE_TOTAL_LIMIT (default 2) reaches TRL's config, whose Trainer deletes checkpoint-1 once
     # checkpoint-3 is complete. Without it every SAVE_STEPS checkpoint stays on the bucket all night.
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]

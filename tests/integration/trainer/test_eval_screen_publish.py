@@ -145,6 +145,25 @@ def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys)
     assert step2["step"] == 2 and step2["label"] == "step 2" and step2["attempts"] == 4
     assert status["eval"]["step"] == 2 and status["eval"]["pass_at_1"] == step2["pass_at_k"]["1"]["value"]
     assert status["eval_baseline"]["label"] == "base tiny"
+    # The learning curve (trainer/curve.py): the baseline as step 0's pass@1, the evaluation at step 2 in step
+    # 2's row, and in checkpoint-2's log_history (which a resumed run rebuilds the curve from).
+    from trainer import curve
+
+    rows = curve.read_csv(run_dir / "curve.csv")
+    p1 = step2["pass_at_k"]["1"]
+    assert [r["step"] for r in rows] == [0, 1, 2], rows
+    assert rows[0]["pass_at_1"] == status["eval_baseline"]["pass_at_1"] and rows[0]["reward_mean"] is None
+    assert rows[1]["pass_at_1"] is None and rows[1]["mismatch_kl_mean"] is not None, rows
+    assert (rows[2]["pass_at_1"], rows[2]["pass_at_1_ci_low"], rows[2]["pass_at_1_ci_high"]) == (
+        p1["value"],
+        p1["ci_low"],
+        p1["ci_high"],
+    )
+    history = json.loads((run_dir / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    assert [h.get("eval/pass@1") for h in history if h["step"] == 2][0] == p1["value"], history
+    assert (run_dir / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with capsys.disabled():
+        print(curve.table(rows))
     assert "eval: step 2 pass@1" in log
     events = list((bucket / "dashboards" / "tensorboard" / RUN).glob("events.out.tfevents.*"))
     assert events and any(b"eval/pass@1" in e.read_bytes() for e in events)

@@ -30,6 +30,15 @@ def test_a_failed_write_keeps_the_old_document_and_no_temp_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["capture_url.json"]
 
 
+def test_write_bytes_writes_them_unchanged(tmp_path):
+    data = bytes(range(256)) + b"\r\n\n"  # no newline translation, no encoding
+    atomic.write_bytes(tmp_path / "curve.png", data)
+    atomic.write_bytes(tmp_path / "curve.png", data * 2)
+    assert (tmp_path / "curve.png").read_bytes() == data * 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curve.png"]
+    assert stat.S_IMODE(os.stat(tmp_path / "curve.png").st_mode) == 0o644
+
+
 MOUNTINFO = (
     "114 51 254:0 /tmp/plain\\040bucket /bucket rw,relatime - ext4 /dev/vda rw,discard\n"
     "117 51 254:0 /var/lib/docker/containers/1c4b/hostname /etc/hostname rw,relatime - ext4 /dev/vda rw\n"
