@@ -27,11 +27,12 @@ import math
 import os
 import re
 import secrets
+import subprocess
+import sys
 import time
-from pathlib import Path
 
 import pytest
-from compose_stack import Stack, clean_env, prepare_run
+from compose_stack import ROOT, Stack, clean_env, prepare_run
 
 PROJECT = "asyncgrpo-learn"
 # Its own ports, away from the smoke test's, the fault suite's and the defaults.
@@ -145,19 +146,18 @@ def gate_failures(baseline: dict, final: dict, rewards: dict[int, float]) -> lis
     return failures
 
 
-def curve_table(history: list[dict], baseline: dict, final: dict) -> str:
-    rewards = per_step(history, "harbor/reward_mean")
-    kl = per_step(history, "mismatch/kl_mean") or per_step(history, "kl")
-    rows = ["step | reward mean | held-out pass@1 [95% CI] | mismatch KL", "---|---|---|---"]
-    b, b_lo, b_hi = pass_at_1(baseline)
-    rows.append(f"0 | - | {b:.3f} [{b_lo:.3f}, {b_hi:.3f}] (baseline) | -")
-    for step in sorted(rewards):
-        p1 = ""
-        if step == final.get("step"):
-            f, f_lo, f_hi = pass_at_1(final)
-            p1 = f"{f:.3f} [{f_lo:.3f}, {f_hi:.3f}]"
-        rows.append(f"{step} | {rewards[step]:.3f} | {p1} | {kl.get(step, math.nan):.2g}")
-    return "\n".join(rows)
+def curve(stack) -> str:
+    """The run's curve as the trainer wrote it (trainer/curve.py: <run>/curve.csv and curve.png), printed by
+    its own command."""
+    out = subprocess.run(
+        [sys.executable, "-m", "trainer.curve", str(stack.run_dir)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "services")},
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
 
 
 # --- the run, in order -----------------------------------------------------------------------------------
@@ -166,8 +166,18 @@ def test_baseline_on_the_held_out_split(stack):
     training. `compose run` brings up what it needs (engine, env server, tunnel, tunnel-check)."""
     t0 = time.time()
     out = stack.compose(
-        "run", "--rm", "trainer", "python", "-m", "trainer.evaluate", "--name", "baseline", "--label", "base",
-        timeout=UP_TIMEOUT_S, check=False,
+        "run",
+        "--rm",
+        "trainer",
+        "python",
+        "-m",
+        "trainer.evaluate",
+        "--name",
+        "baseline",
+        "--label",
+        "base",
+        timeout=UP_TIMEOUT_S,
+        check=False,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     doc = json.loads((stack.bucket / "evals" / "baseline" / "eval.json").read_text())
@@ -200,8 +210,12 @@ def test_train_stop_at_a_step_and_resume_without_replaying_tasks(stack):
     stack.compose("up", "-d", "trainer", timeout=600)
     first = wait_for_step(stack, 1, since=lines_before)
     assert first == saved + 1 and f"(resuming from checkpoint-{saved})" in trainer_log(stack), steps_logged(stack)
-    stack.wait_for("the run to finish", lambda: status(stack).get("state") in ("finished", "stopped-by-rule"),
-                   STEP_TIMEOUT_S * 2, poll_s=5)
+    stack.wait_for(
+        "the run to finish",
+        lambda: status(stack).get("state") in ("finished", "stopped-by-rule"),
+        STEP_TIMEOUT_S * 2,
+        poll_s=5,
+    )
     after = [task for t, task in trained_tasks(stack) if t > stopped]
     # The curve goes on from where it was: the steps after the resume are no worse than those before the
     # stop, within the noise of two steps of eight rollouts (a resume onto base weights drops to ~0.25).
@@ -234,7 +248,11 @@ def test_the_policy_learned_because_of_the_weights(stack):
         assert CONTROL and st.get("state") == "stopped-by-rule", st
         stack.figures["control"] = f"stopped by rule {st.get('stop_rule')}"
         return
-    print("\n" + curve_table(history, stack.baseline, final))
+    print("\n" + curve(stack))
+    rows = (stack.run_dir / "curve.csv").read_text().splitlines()
+    assert (stack.run_dir / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Step 0 (the baseline) and every step once, across the stop and resume.
+    assert [int(r.split(",")[0]) for r in rows[1:]] == list(range(MAX_STEPS + 1)), rows
     failures = gate_failures(stack.baseline, final, rewards)
     f, lo, hi = pass_at_1(final)
     stack.figures["final"] = f"pass@1 {f:.3f} [{lo:.3f}, {hi:.3f}]"
