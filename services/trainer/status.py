@@ -18,8 +18,8 @@ and "hub" (the Hub push state, trainer/publish.py).
 transition, trainer/group_metrics.py) are the forking tell: a healthy multi-turn agent reads 0 on both.
 `mismatch_kl` (nats) and `logprob_absdiff_max` compare the engine's logprobs of the trained tokens with the
 trainer's (trainer/mismatch.py): near 0 when both hold the same weights; `staleness_mean` says how many optimizer
-steps of policy drift they may also carry. `samples_per_rollout` against `turns_mean` is context only: TRL keeps only rows holding a trained token, so a
-fully forked rollout can still come back as one row.
+steps of policy drift they may also carry. `samples_per_rollout` against `turns_mean` is context only: TRL keeps
+only rows holding a trained token, so a fully forked rollout can still come back as one row.
 
 No transformers import here (trainer/status_callback.py is the Trainer side), so the host unit suite checks
 the key mapping and the file itself.

@@ -2,7 +2,7 @@
 
 A run can spend a night on rollouts that teach nothing while every service stays up. The seed's
 history: two runs lost a night each at 100% forking. The tells, each read from the trainer's own
-per-step metrics, each averaged over the last STOP_WINDOW_STEPS logged steps that carry it:
+per-step metrics over the last STOP_WINDOW_STEPS logged steps that carry it:
 
 - forking (`rollout/fork_frac`, TRL's share of turn transitions that started a new training row
   instead of extending the last one). Chained rollouts read 0; a re-rendering engine or template reads
@@ -30,15 +30,15 @@ Defaults: a healthy run never trips them (chained rollouts fork 0%; the CPU form
 a window) and a 100%-forked run stops at step STOP_WINDOW_STEPS. Setting a threshold to `off` disables
 that rule.
 
-STOP_MISMATCH_KL's default, 0.02 nats: prime-rl's CI gates fully on-policy runs at a mean mismatch KL of 0.005 for
-dense models and 0.01-0.02 for MoE ones (PrimeIntellect-ai/prime-rl, tests/nightly/test_mismatch_kl.py: budgets a
-few times above what it measured on H200s), and slime/SGLang report k3 mismatch of 1e-5..1e-3 on dense models, 1e-3..1e-1 on MoE. Ours also
-carries the policy's drift over up to MAX_STALENESS steps (16 at the defaults, trainer/mismatch.py), so it sits at
-the top of that range rather than at prime-rl's dense 0.005. And at 0.02 the typical trained token is at TRL's clip
-boundary (epsilon 0.2: k3 at ratio 0.8 is 0.023, at 1.2 0.018): past it the clipped objective discards the mean
-token's gradient, so the run trains on little however healthy the rest looks. The defects it is for sit far above:
-other weights or an off-by-one token alignment put typical tokens a nat or more apart (k3 of a 1-nat gap: 0.72 or
-0.37).
+STOP_MISMATCH_KL's default, 0.02 nats. prime-rl's nightly CI gates fully on-policy runs at a mean mismatch KL of
+0.005 for most models and 0.01-0.02 for two MoE ones (PrimeIntellect-ai/prime-rl, tests/nightly/test_mismatch_kl.py:
+budgets a few times above what it measured on H200s); slime/SGLang report k3 mismatch of 1e-5..1e-3 on dense models
+and 1e-3..1e-1 on MoE. Ours also carries the policy's drift over the samples' staleness (up to MAX_STALENESS steps,
+16 at the defaults; trainer/mismatch.py), so the bound sits at the top of prime-rl's range rather than at its 0.005.
+At 0.02 the typical trained token is at TRL's clip boundary (epsilon 0.2: k3 at ratio 0.8 is 0.023, at 1.2 0.018):
+past it the clipped objective drops the mean token's gradient, and the run trains on little however healthy the rest
+looks. The defects the rule is for sit far above: other weights or an off-by-one token alignment put typical tokens
+a nat or more apart (k3 of a 1-nat gap: 0.72 or 0.37).
 """
 
 from __future__ import annotations
@@ -152,7 +152,10 @@ class Tripped:
         rule, figure, n = self.rule, self.rule.figure, len(self.window)
         figures = ", ".join(figure(v) for v in self.window)
         if rule.kind == "fraction":
-            what = f"{figure(self.mean)} {rule.what} over the last {n} steps ({figures}), threshold {figure(self.threshold)}"
+            what = (
+                f"{figure(self.mean)} {rule.what} over the last {n} steps ({figures}), "
+                f"threshold {figure(self.threshold)}"
+            )
         else:
             context = ", ".join(f"{label} {'?' if v is None else f'{v:.3g}'}" for label, v in self.context)
             what = (
