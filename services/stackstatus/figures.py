@@ -66,3 +66,14 @@ def stale(training: dict) -> str:
     """The share of samples TRL dropped as older than max_staleness in the last step (STOP_STALE_FRAC reads it)."""
     frac = training.get("stale_frac")
     return "dropped stale ?" if frac is None else f"dropped stale {100 * float(frac):.0f}%"
+
+
+def mismatch(training: dict) -> str:
+    """The engine-vs-trainer logprob mismatch of the last step (status.json, trainer/mismatch.py): the mean KL that
+    STOP_MISMATCH_KL reads, the worst token's gap, and the staleness that tells policy drift from a defect."""
+    kl, worst, stale = (training.get(k) for k in ("mismatch_kl", "logprob_absdiff_max", "staleness_mean"))
+
+    def g(x):
+        return "?" if x is None else f"{float(x):.3g}"
+
+    return f"mismatch KL {g(kl)} nats, max |logprob diff| {g(worst)} at staleness {g(stale)}"

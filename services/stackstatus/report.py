@@ -284,6 +284,7 @@ def human(st: dict) -> str:
             f"  samples/rollout {_f(tr.get('samples_per_rollout'))} vs turns {_f(tr.get('turns_mean'))}"
         )
         lines.append(f"            {figures.forking(tr)}")
+        lines.append(f"            {figures.mismatch(tr)}")
         lines.append(
             f"            unscorable {_pct(tr.get('unscorable_frac'))}  timeouts {_pct(tr.get('timeout_frac'))}"
             f"  samples dropped over TOKEN_BUDGET {tr.get('dropped_oversize_total') or 0}  {figures.stale(tr)}"

@@ -6,7 +6,8 @@ status.json is small, rewritten atomically after every logged step and every che
      failed, "reason" (why it waits or stopped), "step", "max_steps",
      "reward_mean", "reward_std", "zero_spread_frac", "unscorable_frac", "timeout_frac",
      "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
-     "dropped_oversize_total", "fork_frac", "step_s", "rollout_wait_s", "last_checkpoint", "error",
+     "dropped_oversize_total", "fork_frac", "mismatch_kl", "logprob_absdiff_max", "staleness_mean", "step_s",
+     "rollout_wait_s", "last_checkpoint", "error",
      "updated_at", "started_at", "first_step_at" (unix times), "first_step_after_s" (first step's end minus the
      process start), "stop_rule" (trainer.stop_rules, when one stopped the run)}
 
@@ -15,8 +16,10 @@ and "hub" (the Hub push state, trainer/publish.py).
 
 `fork_frac` (TRL's share of turn transitions that forked) and `forked_rollout_frac` (rollouts with a forked
 transition, trainer/group_metrics.py) are the forking tell: a healthy multi-turn agent reads 0 on both.
-`samples_per_rollout` against `turns_mean` is context only: TRL keeps only rows holding a trained token, so a
-fully forked rollout can still come back as one row.
+`mismatch_kl` (nats) and `logprob_absdiff_max` compare the engine's logprobs of the trained tokens with the
+trainer's (trainer/mismatch.py): near 0 when both hold the same weights; `staleness_mean` says how many optimizer
+steps of policy drift they may also carry. `samples_per_rollout` against `turns_mean` is context only: TRL keeps
+only rows holding a trained token, so a fully forked rollout can still come back as one row.
 
 No transformers import here (trainer/status_callback.py is the Trainer side), so the host unit suite checks
 the key mapping and the file itself.
@@ -48,6 +51,11 @@ METRICS = {
     "stale_frac": "sample/dropped_stale_frac",  # the STOP_STALE_FRAC rule's figure
     # TRL's share of turn transitions that forked: the forking stop rule's figure.
     "fork_frac": "rollout/fork_frac",
+    # Engine vs trainer logprobs of the trained tokens (trainer/mismatch.py): the STOP_MISMATCH_KL rule's figure,
+    # the worst token, and the staleness that tells policy drift from a defect.
+    "mismatch_kl": "mismatch/kl_mean",
+    "logprob_absdiff_max": "mismatch/logprob_absdiff_max",
+    "staleness_mean": "sample/staleness_mean",
     # Where a step's time went: its wall time, and the part the trainer sat waiting for rollouts
     # (scripts/status reads the split: trainer-bound or rollout-bound).
     "step_s": "perf/step_s",
@@ -126,5 +134,6 @@ def console_line(doc: dict) -> str:
         f"zero-spread {pct('zero_spread_frac')}  turns {num('turns_mean', '.1f')}  "
         f"samples/rollout {num('samples_per_rollout')} (forked {pct('forked_rollout_frac')})  "
         f"tools {num('tool_calls_mean', '.1f')}  timeouts {pct('timeout_frac')}  unscorable {pct('unscorable_frac')}  "
+        f"mismatch kl {num('mismatch_kl', '.2g')} max|dlogp| {num('logprob_absdiff_max', '.2g')}  "
         f"ckpt {doc.get('last_checkpoint') or '-'}"
     )

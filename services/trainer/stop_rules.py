@@ -1,8 +1,8 @@
 """Stop rules: end a run that is training on nothing, with a checkpoint and one line that says why.
 
 A run can spend a night on rollouts that teach nothing while every service stays up. The seed's
-history: two runs lost a night each at 100% forking. Three tells, each read from the trainer's own
-per-step metrics, each averaged over the last STOP_WINDOW_STEPS logged steps that carry it:
+history: two runs lost a night each at 100% forking. The tells, each read from the trainer's own
+per-step metrics over the last STOP_WINDOW_STEPS logged steps that carry it:
 
 - forking (`rollout/fork_frac`, TRL's share of turn transitions that started a new training row
   instead of extending the last one). Chained rollouts read 0; a re-rendering engine or template reads
@@ -14,8 +14,14 @@ per-step metrics, each averaged over the last STOP_WINDOW_STEPS logged steps tha
 - stale (`sample/dropped_stale_frac`, trainer/limits.py): samples TRL dropped as older than max_staleness. Half of
   them gone means paying for twice the rollouts, and the dropped ones are each group's last, so the kept
   advantages are no longer zero-mean (trainer/staleness.py).
+- mismatch (`mismatch/kl_mean`, trainer/mismatch.py): the mean KL between the engine's and the trainer's logprobs
+  of the tokens being trained. A run whose engine serves other weights, another dtype or raw logprobs trains on
+  importance ratios that are noise; its threshold is a KL in nats, not a fraction.
 
-A rule trips when its window is full and the window's mean is at or above its threshold. The caller
+A fraction's rule trips when its window is full and the window's mean is at or above its threshold. The KL rule
+trips when its window is full and EVERY step in it is at or above its threshold: a KL is unbounded and heavy-tailed
+(one broken sample can put a step at whole nats), so one step of 0.1 would carry a 5-step mean to 0.02 on its own,
+while the defects it is for (wrong weights served, wrong dtype, wrong logprobs mode) hold on every step. The caller
 then saves a checkpoint (so the run resumes by name once the cause is fixed) and stops. Windows with no
 evidence (no multi-turn rollout, no scored group) neither count nor reset: a short stretch without
 evidence must not hide a run that was forking before and after it.
@@ -23,6 +29,16 @@ evidence must not hide a run that was forking before and after it.
 Defaults: a healthy run never trips them (chained rollouts fork 0%; the CPU form's few steps never fill
 a window) and a 100%-forked run stops at step STOP_WINDOW_STEPS. Setting a threshold to `off` disables
 that rule.
+
+STOP_MISMATCH_KL's default, 0.02 nats. prime-rl's nightly CI gates fully on-policy runs at a mean mismatch KL of
+0.005 for most models and 0.01-0.02 for two MoE ones (PrimeIntellect-ai/prime-rl, tests/nightly/test_mismatch_kl.py:
+budgets a few times above what it measured on H200s); slime/SGLang report k3 mismatch of 1e-5..1e-3 on dense models
+and 1e-3..1e-1 on MoE. Ours also carries the policy's drift over the samples' staleness (up to MAX_STALENESS steps,
+16 at the defaults; trainer/mismatch.py), so the bound sits at the top of prime-rl's range rather than at its 0.005.
+At 0.02 the typical trained token is at TRL's clip boundary (epsilon 0.2: k3 at ratio 0.8 is 0.023, at 1.2 0.018):
+past it the clipped objective drops the mean token's gradient, and the run trains on little however healthy the rest
+looks. The defects the rule is for sit far above: other weights or an off-by-one token alignment put typical tokens
+a nat or more apart (k3 of a 1-nat gap: 0.72 or 0.37).
 """
 
 from __future__ import annotations
@@ -42,6 +58,19 @@ class Rule:
     key: str  # the metric in the trainer's logs
     what: str  # what the figure measures, for the stop line
     fix: str
+    # "fraction": a share in (0, 1], shown in %, bounded by the window's mean; "nats": a KL, any positive number,
+    # bounded by every step of the window (module docstring).
+    kind: str = "fraction"
+    # Figures of the tripping step shown beside the window, (label, logs key): what tells the causes apart.
+    context: tuple[tuple[str, str], ...] = ()
+
+    def figure(self, value: float) -> str:
+        return f"{100 * value:.0f}%" if self.kind == "fraction" else f"{value:.3g}"
+
+    def trips(self, window: deque, threshold: float) -> bool:
+        if self.kind == "fraction":
+            return sum(window) / len(window) >= threshold
+        return min(window) >= threshold
 
 
 RULES = (
@@ -71,6 +100,17 @@ RULES = (
         "raise MAX_STALENESS (default auto: 4 x the steps one group spans) or fit a group in fewer steps "
         "(TOKEN_BUDGET, GRADIENT_ACCUMULATION_STEPS); trainer/staleness.py models the rule",
     ),
+    Rule(
+        "STOP_MISMATCH_KL",
+        "mismatch/kl_mean",
+        "mean KL (nats) between the engine's and the trainer's logprobs of the trained tokens",
+        "the engine does not score tokens as the trainer does: check that weight pushes land "
+        "(weights/engine_version_lag on the dashboard), that the engine serves MODEL with ENGINE_DTYPE matching the "
+        "trainer's compute (bfloat16 on the GPU) and processed logprobs (scripts/status: capture level); a KL that "
+        "follows staleness is policy drift: lower MAX_STALENESS or LEARNING_RATE",
+        kind="nats",
+        context=(("max |logprob diff|", "mismatch/logprob_absdiff_max"), ("staleness", "sample/staleness_mean")),
+    ),
 )
 
 # A threshold is a fraction in (0, 1] or `off`: read as text, parsed by `read` below.
@@ -79,6 +119,12 @@ FIELDS = Table(
     Field("STOP_UNSCORABLE_FRAC", "text", "0.9", "share of rollouts unscorable that stops the run; off: never"),
     Field("STOP_ZERO_SPREAD_FRAC", "text", "1.0", "share of zero-spread groups that stops the run; off: never"),
     Field("STOP_STALE_FRAC", "text", "0.5", "share of samples dropped as stale that stops the run; off: never"),
+    Field(
+        "STOP_MISMATCH_KL",
+        "text",
+        "0.02",
+        "mean engine-vs-trainer logprob KL (nats) on the trained tokens that stops the run; off: never",
+    ),
     Field(
         "STOP_WINDOW_STEPS",
         "integer",
@@ -99,15 +145,27 @@ class Tripped:
     mean: float
     threshold: float
     window: tuple[float, ...]
+    context: tuple[tuple[str, float | None], ...] = ()  # the rule's context figures at the tripping step
 
     @property
     def line(self) -> str:
-        figures = ", ".join(f"{100 * v:.0f}%" for v in self.window)
+        rule, figure, n = self.rule, self.rule.figure, len(self.window)
+        figures = ", ".join(figure(v) for v in self.window)
+        if rule.kind == "fraction":
+            what = (
+                f"{figure(self.mean)} {rule.what} over the last {n} steps ({figures}), "
+                f"threshold {figure(self.threshold)}"
+            )
+        else:
+            context = ", ".join(f"{label} {'?' if v is None else f'{v:.3g}'}" for label, v in self.context)
+            what = (
+                f"{rule.what} at or above {figure(self.threshold)} in each of the last {n} steps ({figures}"
+                + (f"; at step {self.step}: {context}" if context else "")
+                + ")"
+            )
         return (
-            f"trainer: STOPPED by rule {self.rule.name} at step {self.step}: {100 * self.mean:.0f}% "
-            f"{self.rule.what} over the last {len(self.window)} steps ({figures}), threshold "
-            f"{100 * self.threshold:.0f}%. Checkpoint saved; fix: {self.rule.fix}; then resume with "
-            f"RUN_NAME (or set {self.rule.name}=off)"
+            f"trainer: STOPPED by rule {rule.name} at step {self.step}: {what}. Checkpoint saved; fix: {rule.fix}; "
+            f"then resume with RUN_NAME (or set {rule.name}=off)"
         )
 
     def as_status(self) -> dict:
@@ -115,9 +173,11 @@ class Tripped:
             "rule": self.rule.name,
             "metric": self.rule.key,
             "step": self.step,
-            "mean": round(self.mean, 4),
+            # 6 places: a KL rule's figures are thousandths (a fraction's lose nothing either).
+            "mean": round(self.mean, 6),
             "threshold": self.threshold,
-            "window": [round(v, 4) for v in self.window],
+            "window": [round(v, 6) for v in self.window],
+            "context": {label: value for label, value in self.context},
             "message": self.line,
         }
 
@@ -146,9 +206,9 @@ class StopRules:
                 continue
             seen = self._seen.setdefault(rule.name, deque(maxlen=self.window))
             seen.append(value)
-            mean = sum(seen) / len(seen)
-            if len(seen) == self.window and mean >= threshold:
-                self.tripped = Tripped(rule, step, mean, threshold, tuple(seen))
+            if len(seen) == self.window and rule.trips(seen, threshold):
+                context = tuple((label, _number(logs.get(key))) for label, key in rule.context)
+                self.tripped = Tripped(rule, step, sum(seen) / len(seen), threshold, tuple(seen), context)
                 return self.tripped
         return None
 
@@ -190,7 +250,15 @@ def read(env: Mapping[str, str] | None = None) -> tuple[StopRules, list[str]]:
             value = float(raw)
         except ValueError:
             value = math.nan
-        if not 0.0 < value <= 1.0:
+        if rule.kind == "nats" and not 0.0 < value < math.inf:
+            r.refuse(
+                f"{rule.name}={raw!r} must be a positive number of nats (default {f.default}) or 'off': "
+                f"set it in .env, e.g. {rule.name}={f.default} (the {rule.what} that stops the run when "
+                f"every step of the window reaches it), or {rule.name}=off to disable the rule",
+                None,
+            )
+            continue
+        if rule.kind == "fraction" and not 0.0 < value <= 1.0:
             r.refuse(
                 f"{rule.name}={raw!r} must be a fraction in (0, 1] (default {f.default}) or 'off': "
                 f"set it in .env, e.g. {rule.name}={f.default} (the share {rule.what} that stops the "

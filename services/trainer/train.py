@@ -21,7 +21,7 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
-from . import healthcheck, hooks, precision, reporting, staleness, stop, weights
+from . import healthcheck, hooks, mismatch, precision, reporting, staleness, stop, weights
 from .config import Settings
 from .factory import HarborSessionFactory, runner_from_settings
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
@@ -200,6 +200,9 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
     trainer.callback_handler.callbacks.insert(0, dropped.callback())
+    # Engine-vs-trainer logprob mismatch on the trained tokens, measured inside TRL's own loss step (mismatch.py);
+    # its callback goes first too, so reporters, status.json and STOP_MISMATCH_KL read it in the same logs dict.
+    mismatch.install(trainer)
     hooks.install(trainer, s, runner, all_rows, status)  # periodic evaluation, Hub publishing
     if torch.cuda.is_available():
         _report_memory_limits(s, torch.cuda.get_device_properties(0).total_memory / 2**30)

@@ -40,6 +40,15 @@ def lines(env, tmp_path, phase="preflight"):
             "run), or STOP_ZERO_SPREAD_FRAC=off to disable the rule",
         ),
         (
+            # A KL, not a fraction: a value above 1 is fine, a percentage or 0 is not.
+            "STOP_MISMATCH_KL",
+            "2%",
+            "STOP_MISMATCH_KL='2%' must be a positive number of nats (default 0.02) or 'off': set it in .env, e.g. "
+            "STOP_MISMATCH_KL=0.02 (the mean KL (nats) between the engine's and the trainer's logprobs of the "
+            "trained tokens that stops the run when every step of the window reaches it), or STOP_MISMATCH_KL=off "
+            "to disable the rule",
+        ),
+        (
             "STOP_WINDOW_STEPS",
             "2.5",
             "STOP_WINDOW_STEPS='2.5' is not a whole number: set it in .env to a whole number of steps >= 1, e.g. "
@@ -61,7 +70,13 @@ def test_every_bad_stop_rule_setting_is_listed_at_once_and_off_is_fine(tmp_path)
     found = lines(env, tmp_path)
     assert [c for c, _ in found] == ["stop-rules"] * 3
     assert [m.split("=")[0] for _, m in found] == ["STOP_FORKING_FRAC", "STOP_UNSCORABLE_FRAC", "STOP_WINDOW_STEPS"]
-    quiet = good_env(tmp_path, STOP_FORKING_FRAC="off", STOP_UNSCORABLE_FRAC="OFF", STOP_ZERO_SPREAD_FRAC="0.75")
+    quiet = good_env(
+        tmp_path,
+        STOP_FORKING_FRAC="off",
+        STOP_UNSCORABLE_FRAC="OFF",
+        STOP_ZERO_SPREAD_FRAC="0.75",
+        STOP_MISMATCH_KL="3",
+    )
     assert lines(quiet, tmp_path) == []
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from guards.checks import RUN_NAME_RE
 from trainer.config import fresh_run_name
+from trainer.stop_rules import RULES
 
 # The Kubernetes release the chart is tested against (PINS.md); Chart.yaml's kubeVersion is the floor.
 KUBE_VERSION = "1.33.0"
@@ -187,6 +188,15 @@ def test_a_wrong_value_fails_rendering_with_a_clear_message(render_chart, values
     with pytest.raises(error) as caught:
         render_chart(values(override))
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("rule", [rule.name for rule in RULES])
+def test_every_stop_rule_can_be_turned_off_on_kubernetes_as_in_env(render_chart, values, rule):
+    """`off` disables a rule (.env.example, README); the schema once took only numbers for the fractions."""
+    docs = render_chart(values({"config": {rule: "off"}}))
+    trainer = next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "grpo-trainer")
+    (var,) = [v for v in trainer["spec"]["template"]["spec"]["containers"][0]["env"] if v["name"] == rule]
+    assert var["value"] == "off"
 
 
 # -- every shape the values can give, valid for the API server ------------------------------------------

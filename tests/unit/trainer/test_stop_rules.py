@@ -75,7 +75,8 @@ def test_off_disables_a_rule():
     assert "STOP_FORKING_FRAC" not in rules.thresholds
     assert rules.observe(1, {"rollout/fork_frac": 1.0}) is None
     assert rules.describe() == (
-        "stop rules over 1 steps: STOP_UNSCORABLE_FRAC=0.9, STOP_ZERO_SPREAD_FRAC=1, STOP_STALE_FRAC=0.5"
+        "stop rules over 1 steps: STOP_UNSCORABLE_FRAC=0.9, STOP_ZERO_SPREAD_FRAC=1, STOP_STALE_FRAC=0.5, "
+        "STOP_MISMATCH_KL=0.02"
     )
 
 
