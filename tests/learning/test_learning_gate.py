@@ -43,6 +43,7 @@ SAVE_STEPS = 5
 # Set from measured runs (docs/LEARNING.md): the last three steps' reward reached 0.8-0.9 from a base ~0.25.
 REWARD_BAR = 0.7
 LAST_STEPS = 3
+MISMATCH_BOUND = 0.02  # STOP_MISMATCH_KL's default (trainer/stop_rules.py)
 CONTROL = os.environ.get("LEARNING_GATE_CONTROL", "") == "1"
 UP_TIMEOUT_S = 20 * 60
 STEP_TIMEOUT_S = 10 * 60
@@ -257,9 +258,14 @@ def test_the_policy_learned_because_of_the_weights(stack):
     f, lo, hi = pass_at_1(final)
     stack.figures["final"] = f"pass@1 {f:.3f} [{lo:.3f}, {hi:.3f}]"
     stack.figures["reward by step"] = " ".join(f"{rewards[s]:.2f}" for s in sorted(rewards))
+    # The engine and the trainer agree on the sampled tokens' logprobs at every step (trainer/mismatch.py:
+    # what is left is the drift of the samples' staleness), under the stop rule's default bound.
+    kl = per_step(history, "mismatch/kl_mean")
+    stack.figures["mismatch KL by step"] = " ".join(f"{kl[s]:.1e}" for s in sorted(kl))
     if CONTROL:
         assert failures, "the control (weights never served) passed the gate: the gate cannot fail"
         stack.figures["control fails"] = " | ".join(failures)
     else:
         assert not failures, "\n".join(failures)
+        assert sorted(kl) == sorted(rewards) and max(kl.values()) < MISMATCH_BOUND, kl
         assert st["state"] == "finished" and st["step"] == MAX_STEPS, st
