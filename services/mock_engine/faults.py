@@ -18,6 +18,10 @@ FAULTS = {
     "(vLLM without --return-tokens-as-token-ids)",
     "fork": "every turn's prompt re-renders the conversation's start differently (as a template that renders "
     "history by turn count): no turn extends the last, every multi-turn rollout forks",
+    "turn_end_other": "a reply the model samples itself ends on the model's other stop token (<|endoftext|>) "
+    "where it would close the turn with the chat template's (<|im_end|>): the turn ends there when the stop set "
+    "(TURN_END_TOKENS) holds that token, and the rollout forks; otherwise the token is content and the turn ends "
+    "on the template's token right after it",
 }
 
 
