@@ -227,9 +227,9 @@ def plan_for_tokenizer(
     return Plan(**{**plan.__dict__, "names": {i: str(tokenizer.convert_ids_to_tokens(i)) for i in sorted(ids)}})
 
 
-def write_record(line: str, path: Path = RECORD) -> None:
+def write_record(line: str, path: Path | None = None) -> None:
     try:
-        path.write_text(line + "\n")
+        (path or RECORD).write_text(line + "\n")
     except OSError:
         pass  # the probe then says nothing about turn ends; the start-up log still has the line
 
