@@ -23,11 +23,10 @@ import json
 import shlex
 from collections.abc import Mapping
 
+from engine import turn_end
 from stack import deployment, fields
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import LOOPBACK_HOSTS
-
-from engine import turn_end
 
 REQUIRED_CAPTURE_FLAGS = (
     "--return-tokens-as-token-ids",

@@ -30,11 +30,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from engine import turn_end
 from stack import fields
 from stack.endpoints import openai_base
 from stack.env import Env, EnvError
-
-from engine import turn_end
 
 FLAG_IDS = "--return-tokens-as-token-ids"
 FLAG_PROCESSED = "--logprobs-mode processed_logprobs"

@@ -14,9 +14,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from stack.env import Env, EnvError
-
 from engine import command, turn_end
+from stack.env import Env, EnvError
 
 # Where the launcher writes the generation config it hands vLLM: the container's own, fresh per start.
 GENERATION_CONFIG_DIR = Path(turn_end.RECORD.parent) / "asyncgrpo-engine-generation-config"

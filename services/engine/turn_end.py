@@ -239,4 +239,3 @@ def read_record(path: Path | None) -> str:
         return path.read_text().strip() if path else ""
     except OSError:
         return ""
-

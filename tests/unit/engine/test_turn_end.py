@@ -170,7 +170,10 @@ def test_a_stop_set_without_the_turn_end_runs_turns_on():
             lambda m, g: "".join(f"{x['role']}: {x['content']}\n\n" for x in m),
             "the chat template closes an assistant turn with plain text ('\\n\\nuser: Again.\\n\\n'), not a token",
         ),
-        (lambda m, g: "<|im_start|>user\nSay something.<|im_end|>\n", "the chat template dropped the assistant's reply"),
+        (
+            lambda m, g: "<|im_start|>user\nSay something.<|im_end|>\n",
+            "the chat template dropped the assistant's reply",
+        ),
         (
             lambda m, g: "".join(x["content"] for x in m if x["role"] != "user"),
             "the chat template renders nothing after the assistant's reply",
