@@ -40,6 +40,14 @@ def test_healthcheck_passes_on_a_trainable_engine(engine):
     result = run_probe(engine)  # as compose runs it: no arguments, ENGINE_HOST/ENGINE_PORT
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("engine healthy:")
+    # The mock's start-up line on turn ends (engine/turn_end.py), repeated by the healthcheck: one line.
+    assert result.stdout.strip().endswith(
+        "; turn end <|im_end|> (2): the engine stops on it alone "
+        "(TURN_END_TOKENS=auto); the model's generation config also stops on <|endoftext|> (0), which the chat "
+        "template never renders at a turn's end (a turn ending there would fork its rollout); TURN_END_TOKENS=model "
+        "keeps the model's stops"
+    ), result.stdout
+    assert len(result.stdout.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
