@@ -108,7 +108,8 @@ def test_openenvs_probe_cannot_tell_through_that_generation_config(engine_with_g
 def test_the_healthcheck_proves_processed_logprobs_through_that_generation_config(engine_with_generation_config):
     result = run_probe(engine_with_generation_config, engine_with_generation_config)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().endswith("logprobs mode processed"), result.stdout
+    # The verdict, then the turn-end line the healthcheck appends (engine/turn_end.py).
+    assert "; logprobs mode processed; turn end <|im_end|> (2): " in result.stdout, result.stdout
 
 
 def test_raw_logprobs_still_fail_the_healthcheck_through_that_generation_config(engine_with_generation_config):
