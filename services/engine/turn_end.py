@@ -22,8 +22,15 @@ config with `eos_token_id` set to the stop set into a folder of its own and pass
 there with `ignore_eos` plus `stop_token_ids` on every call, which would still leave the engine's other
 callers on the model's stop set.
 
-What it cannot fix: a tokenizer whose eos_token is not the turn end (vLLM stops on it regardless). The
-line says so and names the fix.
+With the stop set agreed, a policy that writes `<|endoftext|>` where it would end its turn writes on and
+closes the turn with `<|im_end|>`; the other token stays in the reply's text (vLLM 0.31's hermes parser sets
+`skip_special_tokens=False` whenever tools are offered, as mini-swe-agent's calls offer them), so the next
+prompt re-renders it and the turn chains. What it cannot fix:
+  - a tokenizer whose eos_token is not the turn end (vLLM stops on it regardless): the line names the fix;
+  - the other token after a tool call: the hermes parser keeps only the text BEFORE the first call, so
+    anything written after the last `</tool_call>` is gone from the message and that rollout forks whatever
+    the stop set (as any trailing text after a call does);
+  - a call made without tools: vLLM's default `skip_special_tokens=True` drops a special token from the text.
 
 Standard library only (the probe reads the record in the vLLM and mock images); the tokenizer is any
 object with transformers' `apply_chat_template` / `encode` / `convert_ids_to_tokens`.
@@ -42,7 +49,7 @@ SETTING = "TURN_END_TOKENS"
 AUTO = "auto"
 MODEL = "model"
 FIX = f"set {SETTING} to auto, model, or a comma-separated list of tokens, e.g. <|im_end|>"
-# The assistant's reply in the rendered probe conversation: plain ASCII no template rewrites.
+# The assistant's reply in the rendered probe conversation: plain ASCII, which no template rewrites.
 MARKER = "TURN-END-PROBE-REPLY"
 CONVERSATION = (
     {"role": "user", "content": "Say something."},

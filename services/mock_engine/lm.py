@@ -63,7 +63,8 @@ class TinyLM:
         # conversations: the template re-renders every assistant turn with <|im_end|>, so a turn that ended
         # on the other token no longer prefixes the next prompt (measured: 1 fork in 36 free-sampled turns).
         # Sampled mid-turn, <|endoftext|> is content, and re-encoding the content gives the same id back
-        # (as from vLLM 0.31 when tools are offered: its hermes parser turns skip_special_tokens off).
+        # (as from vLLM 0.31 when tools are offered: its hermes parser turns skip_special_tokens off; without
+        # tools vLLM drops special tokens from the text, which the mock does not model).
         self.turn_end = self.tokenizer.eos_token_id
         self.eos_ids = {self.turn_end}
         # The model's other stop token (<|endoftext|>), the one the `turn_end_other` fault ends turns on.
