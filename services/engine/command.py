@@ -13,6 +13,8 @@ configurable, because without them the engine answers every request perfectly an
 ENGINE_EXTRA_ARGS may add anything else, but may not restate or negate a managed flag: a second
 `--logprobs-mode` would silently win (argparse keeps the last one), and a flag that is governed by an
 environment variable must be changed there so compose, preflight and the launcher agree.
+`--generation-config` is the launcher's too unless TURN_END_TOKENS=model: it carries the stop set that
+agrees with the chat template's turn end (engine/turn_end.py, engine/stops.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import shlex
 from collections.abc import Mapping
 
+from engine import turn_end
 from stack import deployment, fields
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import LOOPBACK_HOSTS
@@ -59,6 +62,7 @@ FIELDS = Table(
     fields.ENGINE_HOST,
     fields.ENGINE_PORT,
     fields.ENGINE_MAX_MODEL_LEN,
+    fields.TURN_END_TOKENS,
     Field(
         "ENGINE_GPU_MEMORY_UTILIZATION",
         "number",
@@ -98,6 +102,27 @@ def _gpu_fraction(read: Env) -> str:
     return f"{value:g}"
 
 
+def extra_value(extra: list[str], flag: str) -> str | None:
+    """The value ENGINE_EXTRA_ARGS gives `flag` (`--flag v` or `--flag=v`; the last one wins, as argparse),
+    "" for a bare flag, None when absent."""
+    found = None
+    for i, token in enumerate(extra):
+        if token.startswith("-") and _flag_name(token) == flag:
+            if "=" in token:
+                found = token.split("=", 1)[1]
+            else:
+                nxt = extra[i + 1] if i + 1 < len(extra) else ""
+                found = "" if nxt.startswith("-") else nxt
+    return found
+
+
+def extra_args(env: Mapping[str, str]) -> list[str]:
+    try:
+        return shlex.split(Env(env).get(FIELDS["ENGINE_EXTRA_ARGS"]))
+    except ValueError as exc:
+        raise EnvError(f"ENGINE_EXTRA_ARGS cannot be parsed as shell words ({exc}); fix its quoting") from None
+
+
 def check_extra_args(extra: list[str]) -> None:
     """Refuse extra arguments that would undo a required flag, take over a managed one, or bind wide."""
     for i, token in enumerate(extra):
@@ -125,8 +150,9 @@ def check_extra_args(extra: list[str]) -> None:
             )
 
 
-def build_command(env: Mapping[str, str]) -> list[str]:
-    """The full argv for `vllm serve`, or EnvError naming the setting to fix."""
+def build_command(env: Mapping[str, str], generation_config: str | None = None) -> list[str]:
+    """The full argv for `vllm serve`, or EnvError naming the setting to fix. `generation_config`: the
+    folder engine/stops.py wrote the agreed stop set into (None: vLLM reads the model's own)."""
     read = Env(env)
 
     def get(name: str):
@@ -184,11 +210,17 @@ def build_command(env: Mapping[str, str]) -> list[str]:
         "--weight-transfer-config",
         WEIGHT_TRANSFER_CONFIG,
     ]
-    try:
-        extra = shlex.split(get("ENGINE_EXTRA_ARGS"))
-    except ValueError as exc:
-        raise EnvError(f"ENGINE_EXTRA_ARGS cannot be parsed as shell words ({exc}); fix its quoting") from None
+    setting = turn_end.parse_setting(get("TURN_END_TOKENS"))
+    if generation_config:
+        argv += ["--generation-config", generation_config]
+    extra = extra_args(env)
     check_extra_args(extra)
+    if setting != turn_end.MODEL and extra_value(extra, "--generation-config") is not None:
+        raise EnvError(
+            f"ENGINE_EXTRA_ARGS contains --generation-config, which the launcher sets to stop turns where the "
+            f"chat template ends them (TURN_END_TOKENS={get('TURN_END_TOKENS')}); remove it, or set "
+            "TURN_END_TOKENS=model to serve the model's own stop set with your --generation-config"
+        )
     return argv + extra
 
 

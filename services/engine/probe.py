@@ -13,6 +13,10 @@ to -9999, and an unmeasurable gap proves nothing. So the probe sends top_k/top_p
 nothing, and a gap it still cannot measure is UNHEALTHY unless the
 operator accepted that very model by name (ENGINE_LOGPROBS_UNPROVEN_OK=<served model id>).
 
+A healthy verdict ends with the launcher's turn-end line (engine/turn_end.py: whether the engine's stop set
+and the chat template's turn end agree, and which setting changes it), read from the record the launcher
+left in this container; "turn ends DISAGREE" there marks rollouts that will fork, not an unhealthy engine.
+
 Stdlib only: it runs inside the vLLM image (which may lack requests) and inside the mock engine's.
 Usage: python3 -m engine.probe [BASE_URL]   (default http://$ENGINE_HOST:$ENGINE_PORT). Exit 0 healthy, 1 not.
 """
@@ -26,6 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from engine import turn_end
 from stack import fields
 from stack.endpoints import openai_base
 from stack.env import Env, EnvError
@@ -153,8 +158,15 @@ def unproven(model: str, why: str, accepted_for: str, proven_before: bool = Fals
     )
 
 
-def probe(base: str, timeout: float = 20.0, accepted_for: str = "", proven_file: Path | None = None) -> str:
-    """One-line verdict when healthy; raises Unhealthy with the reason otherwise."""
+def probe(
+    base: str,
+    timeout: float = 20.0,
+    accepted_for: str = "",
+    proven_file: Path | None = None,
+    turn_end_file: Path | None = None,
+) -> str:
+    """One-line verdict when healthy; raises Unhealthy with the reason otherwise. `turn_end_file`: the
+    launcher's turn-end record, appended to the verdict when there is one."""
     api = openai_base(base)  # `base` is the engine's root, as ENGINE_URL is everywhere
     models = _request(f"{api}/models", None, timeout).get("data") or []
     if not models:
@@ -203,9 +215,10 @@ def probe(base: str, timeout: float = 20.0, accepted_for: str = "", proven_file:
         # launch flag. Remembered per engine container, so a gap that drifts flat mid-run stays healthy.
         _write(proven_file, model)
     n_ids = len(payload["choices"][0]["token_ids"])
+    turn_line = turn_end.read_record(turn_end_file)
     return (
         f"engine healthy: {model} returned {len(payload['prompt_token_ids'])} prompt ids, {n_ids} sampled ids "
-        f"with aligned token_id logprobs; {verdict}"
+        f"with aligned token_id logprobs; {verdict}" + (f"; {turn_line}" if turn_line else "")
     )
 
 
@@ -239,7 +252,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"engine UNHEALTHY: {exc}")
         return 1
     try:
-        print(probe(base, accepted_for=read.text(UNPROVEN_OK), proven_file=PROVEN_FILE))
+        print(
+            probe(
+                base,
+                accepted_for=read.text(UNPROVEN_OK),
+                proven_file=PROVEN_FILE,
+                turn_end_file=turn_end.RECORD,
+            )
+        )
         return 0
     except Unhealthy as exc:
         print(f"engine UNHEALTHY: {exc}")

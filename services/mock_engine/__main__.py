@@ -12,6 +12,8 @@ Environment:
   MOCK_SCRIPT_FILE, MOCK_SCRIPT_PROB   scripted mode (mock_engine.script)
   MOCK_OFF_SCRIPT                     free | command: what an off-script turn of a scripted task is
   MOCK_FAULTS, MOCK_SLOW_S, MOCK_ERROR_STATUS, MOCK_ERROR_RATE   fault switches (mock_engine.faults)
+  TURN_END_TOKENS        the stop set, as the production engine's (engine/turn_end.py): auto (default) stops
+                         on the chat template's turn end alone, model on the generation config's eos ids
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ FIELDS = Table(
     fields.ENGINE_PORT,
     fields.ENGINE_MAX_MODEL_LEN,
     fields.MODEL,
+    fields.TURN_END_TOKENS,
     Field("MOCK_MAX_MODEL_LEN", "integer", None, "the mock's context; empty: ENGINE_MAX_MODEL_LEN", minimum=1),
     Field("MOCK_MAX_NEW_TOKENS", "integer", 256, "the mock's longest completion", minimum=1),
     Field("MOCK_TORCH_THREADS", "integer", 1, "torch threads for the tiny model", minimum=1),
@@ -41,6 +44,7 @@ FIELDS = Table(
 
 
 def main() -> None:
+    from engine import turn_end
     from mock_engine import faults, script
 
     read = Env(collect=True)
@@ -55,7 +59,9 @@ def main() -> None:
     max_num_seqs = get("MOCK_MAX_NUM_SEQS")
     model_dir = get("MOCK_MODEL_DIR")
     script_file = get("MOCK_SCRIPT_FILE")
+    stop_setting = get("TURN_END_TOKENS")
     try:
+        turn_end.parse_setting(stop_setting)
         read.check()
     except EnvError as exc:
         sys.exit("\n".join(f"mock_engine: {line}" for line in str(exc).splitlines()))
@@ -79,7 +85,7 @@ def main() -> None:
     import torch
     import uvicorn
 
-    from mock_engine.app import Settings, create_app, generation_defaults
+    from mock_engine.app import Settings, create_app, generation_defaults, stop_plan
     from mock_engine.lm import TinyLM
 
     torch.set_num_threads(threads)
@@ -93,6 +99,13 @@ def main() -> None:
         sampling_defaults=generation_defaults(model_dir),
     )
     lm = TinyLM(model_dir, settings.max_model_len, settings.max_new_tokens)
+    try:
+        plan = stop_plan(lm.tokenizer, model_dir, stop_setting)
+    except EnvError as exc:
+        sys.exit(f"mock_engine: {exc}")
+    lm.use_stops(plan)
+    turn_end.write_record(plan.line())  # the healthcheck's probe repeats it, as for the real engine
+    print(f"mock_engine: {plan.line()}", flush=True)
     app = create_app(settings, lm, scripted, active)
     print(
         f"mock_engine: serving {settings.served_name} on http://{host}:{port} "

@@ -40,6 +40,19 @@ def generation_defaults(model_dir: str) -> dict:
     return {k: doc[k] for k in GENERATION_DEFAULTS if doc.get(k) is not None}
 
 
+def stop_plan(tokenizer, model_dir: str, setting: str):
+    """The stop set under TURN_END_TOKENS (`setting`), from the model folder's generation_config.json and
+    the chat template, by the engine launcher's own rules (engine/turn_end.py): the mock stops where vLLM
+    launched by services/engine would."""
+    from engine import turn_end
+
+    try:
+        config_eos = json.loads((Path(model_dir) / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError):
+        config_eos = None
+    return turn_end.plan_for_tokenizer(tokenizer, config_eos, turn_end.parse_setting(setting))
+
+
 @dataclass
 class Settings:
     model_dir: str
@@ -230,7 +243,10 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                         gen.token_ids, gen.logprobs = gen.token_ids[:limit], gen.logprobs[:limit]
                         gen.top_logprobs, gen.finish_reason = gen.top_logprobs[:limit], "length"
                 else:
-                    gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}))
+                    # The fault is for the model's own replies only: a scripted call followed by another
+                    # token would fork whatever the stop set (vLLM's hermes parser drops what follows a call).
+                    detour = lm.other_end if "turn_end_other" in f else None
+                    gen = lm.sample(prompt_ids, Sampling(**{**s.__dict__, "seed": seed}), detour=detour)
                 total_out += len(gen.token_ids)
                 metrics.generated(held, len(gen.token_ids))
                 text_ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids

@@ -20,6 +20,10 @@ FAULTS = {
     "history by turn count): no turn extends the last, every multi-turn rollout forks",
     "weights_not_served": "weight updates are acknowledged and counted (the served version moves) but the old "
     "weights keep serving: the learning gate's control (tests/learning), which no handshake can see",
+    "turn_end_other": "a reply the model samples itself ends on the model's other stop token (<|endoftext|>) "
+    "where it would close the turn with the chat template's (<|im_end|>): the turn ends there when the stop set "
+    "(TURN_END_TOKENS) holds that token, and the rollout forks; otherwise the token is content and the turn ends "
+    "on the template's token right after it",
 }
 
 

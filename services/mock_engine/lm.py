@@ -58,17 +58,30 @@ class TinyLM:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.max_model_len = max_model_len
         self.max_new_tokens = max_new_tokens
-        # Only <|im_end|> ends a turn. Stopping on <|endoftext|> too forked conversations: the chat
-        # template re-renders every assistant turn with <|im_end|>, so a turn that ended on the other
-        # token no longer prefixes the next prompt (measured: 1 fork in 36 free-sampled turns). Sampled
-        # mid-turn, <|endoftext|> is content, and re-encoding the content gives the same id back.
-        self.eos_ids = {self.tokenizer.eos_token_id}
+        # The stop set, as the engine's: TURN_END_TOKENS decides it (use_stops; engine/turn_end.py). Until
+        # then the chat template's turn end alone (<|im_end|>). Stopping on <|endoftext|> too forked
+        # conversations: the template re-renders every assistant turn with <|im_end|>, so a turn that ended
+        # on the other token no longer prefixes the next prompt (measured: 1 fork in 36 free-sampled turns).
+        # Sampled mid-turn, <|endoftext|> is content, and re-encoding the content gives the same id back
+        # (as from vLLM 0.31 when tools are offered: its hermes parser turns skip_special_tokens off; without
+        # tools vLLM drops special tokens from the text, which the mock does not model).
+        self.turn_end = self.tokenizer.eos_token_id
+        self.eos_ids = {self.turn_end}
+        # The model's other stop token (<|endoftext|>), the one the `turn_end_other` fault ends turns on.
+        self.other_end: int | None = None
         self.lock = threading.Lock()
         self.running = threading.Event()
         self.running.set()
         self.weight_version = 0
         self._staged: dict[str, torch.Tensor] | None = None
         self._declared: set[str] | None = None
+
+    def use_stops(self, plan) -> None:
+        """Stop where the engine would under TURN_END_TOKENS (an engine.turn_end.Plan)."""
+        self.eos_ids = set(plan.stops)
+        if plan.turn_end is not None:
+            self.turn_end = plan.turn_end
+        self.other_end = next((t for t in plan.model_stops if t != self.turn_end), None)
 
     # ---- text ---------------------------------------------------------------------------------
     def render_chat(
@@ -136,8 +149,13 @@ class TinyLM:
         s: Sampling,
         banned: frozenset[int] = frozenset(),
         stop_ids: frozenset[int] | None = None,
+        detour: int | None = None,
     ) -> Generation:
         """Sample up to `s.max_tokens` tokens, ending after a token in `stop_ids` (default: end of turn).
+
+        `detour` (the `turn_end_other` fault): where the policy samples the chat template's turn end it
+        writes `detour` first, reported with that token's own logprob there. The turn ends on it when it is
+        in the stop set; otherwise it is content and the policy closes the turn right after it.
 
         `banned` tokens are masked before sampling (a banned token is never the sampled one), but the reported
         logprobs are those of the full-vocabulary processed distribution: what the trainer scores, log_softmax of
@@ -160,6 +178,15 @@ class TinyLM:
                     token = int(torch.argmax(drawn))
                 else:
                     token = int(torch.multinomial(drawn.exp(), 1, generator=rng))
+                if detour is not None and token == self.turn_end:
+                    self._record(gen, logits, logp, detour, s)
+                    if detour in stop_ids:
+                        gen.finish_reason = "stop"
+                        break
+                    if step + 1 >= s.max_tokens:
+                        break
+                    logits = self._forward([detour], cache)[-1]
+                    logp = self._process(logits, s)
                 self._record(gen, logits, logp, token, s)
                 if token in stop_ids:
                     gen.finish_reason = "stop"

@@ -93,6 +93,15 @@ MAX_OUTPUT_TOKENS = Field(
 ENGINE_MAX_MODEL_LEN = Field(
     "ENGINE_MAX_MODEL_LEN", "integer", 32768, "longest prompt + completion the engine accepts", minimum=1
 )
+# The engine (vLLM) and its CPU stand-in (the mock engine) both stop turns by it: engine/turn_end.py.
+TURN_END_TOKENS = Field(
+    "TURN_END_TOKENS",
+    "text",
+    "auto",
+    "tokens that end a model turn: auto (the one the chat template closes an assistant turn with), model "
+    "(the model's generation config as is), or a comma-separated list such as <|im_end|>",
+    fix="set TURN_END_TOKENS to auto, model, or a comma-separated list of tokens, e.g. <|im_end|>",
+)
 AGENT_STEP_LIMIT = Field(
     "AGENT_STEP_LIMIT",
     "integer",
@@ -158,6 +167,7 @@ SHARED = Table(
     MAX_INFLIGHT_ROLLOUTS,
     MAX_OUTPUT_TOKENS,
     ENGINE_MAX_MODEL_LEN,
+    TURN_END_TOKENS,
     AGENT_STEP_LIMIT,
     AGENT_INSTALL,
     WEIGHT_TRANSFER,

@@ -40,6 +40,14 @@ def test_healthcheck_passes_on_a_trainable_engine(engine):
     result = run_probe(engine)  # as compose runs it: no arguments, ENGINE_HOST/ENGINE_PORT
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("engine healthy:")
+    # The mock's start-up line on turn ends (engine/turn_end.py), repeated by the healthcheck: one line.
+    assert result.stdout.strip().endswith(
+        "; turn end <|im_end|> (2): the engine stops on it alone "
+        "(TURN_END_TOKENS=auto); the model's generation config also stops on <|endoftext|> (0), which the chat "
+        "template never renders at a turn's end (a turn ending there would fork its rollout); TURN_END_TOKENS=model "
+        "keeps the model's stops"
+    ), result.stdout
+    assert len(result.stdout.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -100,7 +108,8 @@ def test_openenvs_probe_cannot_tell_through_that_generation_config(engine_with_g
 def test_the_healthcheck_proves_processed_logprobs_through_that_generation_config(engine_with_generation_config):
     result = run_probe(engine_with_generation_config, engine_with_generation_config)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().endswith("logprobs mode processed"), result.stdout
+    # The verdict, then the turn-end line the healthcheck appends (engine/turn_end.py).
+    assert "; logprobs mode processed; turn end <|im_end|> (2): " in result.stdout, result.stdout
 
 
 def test_raw_logprobs_still_fail_the_healthcheck_through_that_generation_config(engine_with_generation_config):

@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from engine.command import EnvError, build_command, build_environment
+from engine.command import EnvError, build_command, build_environment, extra_value
 
 BASE = {"MODEL": "Qwen/Qwen3-1.7B", "ENGINE_PORT": "8001", "TOOL_CALL_PARSER": "hermes"}
 
@@ -145,3 +145,39 @@ def test_the_launcher_refuses_with_one_line_and_never_execs(tmp_path):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("engine: refusing to start:") and "127.0.0.1" in line
+
+
+# --- the stop set (engine/turn_end.py, engine/stops.py) -------------------------------------------------
+
+
+def test_the_generation_config_the_launcher_wrote_is_passed_to_vllm():
+    assert "--generation-config" not in build_command(BASE)
+    argv = build_command(BASE, "/tmp/asyncgrpo-engine-generation-config")
+    assert flag_value(argv, "--generation-config") == "/tmp/asyncgrpo-engine-generation-config"
+
+
+@pytest.mark.parametrize("extra", ["--generation-config vllm", "--generation_config=/models/gc"])
+def test_a_generation_config_of_ones_own_needs_turn_end_tokens_model(extra):
+    with pytest.raises(EnvError) as err:
+        build_command({**BASE, "ENGINE_EXTRA_ARGS": extra})
+    assert str(err.value) == (
+        "ENGINE_EXTRA_ARGS contains --generation-config, which the launcher sets to stop turns where the chat "
+        "template ends them (TURN_END_TOKENS=auto); remove it, or set TURN_END_TOKENS=model to serve the model's "
+        "own stop set with your --generation-config"
+    )
+    argv = build_command({**BASE, "ENGINE_EXTRA_ARGS": extra, "TURN_END_TOKENS": "model"})
+    assert argv[-len(shlex.split(extra)) :] == shlex.split(extra)
+
+
+def test_a_malformed_turn_end_setting_is_refused_before_anything_loads():
+    with pytest.raises(EnvError, match=r"^TURN_END_TOKENS='<\|im_end\|>,' has an empty entry"):
+        build_command({**BASE, "TURN_END_TOKENS": "<|im_end|>,"})
+
+
+def test_extra_value_reads_flags_as_vllm_would():
+    extra = shlex.split("--tokenizer t1 --trust-remote-code --revision=abc --tokenizer t2 --chat-template '{{ x }}'")
+    assert extra_value(extra, "--tokenizer") == "t2"  # argparse keeps the last
+    assert extra_value(extra, "--revision") == "abc"
+    assert extra_value(extra, "--trust-remote-code") == ""
+    assert extra_value(extra, "--chat-template") == "{{ x }}"
+    assert extra_value(extra, "--hf-config-path") is None

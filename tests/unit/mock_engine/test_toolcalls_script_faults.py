@@ -123,3 +123,25 @@ def test_faults_parse_from_env_and_reject_unknown_names():
     with pytest.raises(faults.FaultError, match="5xx"):
         faults.parse([], error_status=404)
     assert not faults.parse([]).should_error()
+
+
+def test_the_turn_end_fault_is_a_known_switch():
+    assert "turn_end_other" in faults.parse("turn_end_other, fork")
+    assert "<|endoftext|>" in faults.FAULTS["turn_end_other"]
+
+
+def test_a_bad_stop_setting_stops_the_mock_before_it_loads_a_model(tmp_path):
+    """The mock reads TURN_END_TOKENS as the engine launcher does, and refuses a malformed one in one line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    services = str(Path(__file__).resolve().parents[3] / "services")
+    env = {**os.environ, "PYTHONPATH": services, "TURN_END_TOKENS": ",", "MOCK_MODEL_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "mock_engine"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "mock_engine: TURN_END_TOKENS=',' has an empty entry: set TURN_END_TOKENS to auto, model, or a "
+        "comma-separated list of tokens, e.g. <|im_end|>"
+    )
