@@ -53,6 +53,7 @@ SHORT_CONTEXT = 384
 FULL_STEPS = 600
 FULL_LR = 1e-3
 UNAMES = 16  # sandbox unames drawn once; with the 32 train tasks, at most 512 distinct prompts to render
+HOST_SHARE = 0.25  # of the steps' prompts carry this machine's own uname (host_uname says why)
 LR = 1e-2
 WARMUP = 20
 # The shape is the tiny-agent model's (mock_engine.build_model.qwen3_config), so the trainer's CPU budget
@@ -64,6 +65,19 @@ def answer_command(letter: str) -> str:
     of), then mini-swe-agent's submit marker, whose output line ends the run (its environments'
     `_check_finished`: the output's first line is the marker and the return code is 0)."""
     return f"printf {letter} > {ANSWER_FILE} && {agent_turns.SUBMIT}"
+
+
+def host_uname() -> tuple[str, str, str, str]:
+    """This machine's `platform.uname()`: what mini-swe-agent writes into the task message in every local
+    sandbox, because a container reports the host's kernel. `docker build` runs on that same kernel, so the
+    policy is fitted on the very string its rollouts will show. Measured: a policy fitted only on random
+    Ubuntu-style unames broke on this host's Firecracker kernel line ("6.18.44-fc-v669 #1 SMP
+    PREEMPT_DYNAMIC @0"): 0 valid actions of 4, "arguments" came out as "anananants" even at greedy, and
+    every CPU-form rollout hit the output cap. The random ones stay, so the format does not hang on it."""
+    import platform
+
+    u = platform.uname()
+    return (u.system, u.release, u.version, u.machine)
 
 
 def random_uname(rng: random.Random) -> tuple[str, str, str, str]:
@@ -210,7 +224,7 @@ def build(
     rng = random.Random(SEED)
     tokenizer = build_tokenizer()
     tasks = read_tasks(tasks_dir)
-    unames = [random_uname(rng) for _ in range(UNAMES)]
+    unames = [random_uname(rng) for _ in range(UNAMES)] + [host_uname()]
     rendered: dict[tuple[int, int], Conversation] = {}
     model = new_model(tokenizer)
     letter_ids = [tokenizer.convert_tokens_to_ids(letter) for letter in LETTERS]
@@ -230,7 +244,8 @@ def build(
         opt.zero_grad()
         total, text, count, n_convs = 0.0, 0.0, 0, 0
         for _ in range(1 if full else SHORT_PROMPTS):
-            key = (rng.randrange(len(tasks)), rng.randrange(len(unames)))
+            which = len(unames) - 1 if rng.random() < HOST_SHARE else rng.randrange(len(unames) - 1)
+            key = (rng.randrange(len(tasks)), which)
             if key not in rendered:
                 rendered[key] = conversation(tokenizer, tasks[key[0]], unames[key[1]], LETTERS[0])
             # A full step trains one conversation (its letter drawn): the four share every token but one.
@@ -257,7 +272,7 @@ def build(
     checks = [
         conversation(tokenizer, tasks[i % len(tasks)], random_uname(check_rng), LETTERS[i % len(LETTERS)])
         for i in range(4)
-    ]
+    ] + [conversation(tokenizer, tasks[-1], host_uname(), LETTERS[0])]
     sureness = format_entropy(model, checks, letter_ids)
     log(
         "build_policy: format entropy mean {format_entropy_mean:.2e} max {format_entropy_max:.2e} nats, "

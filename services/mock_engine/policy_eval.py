@@ -95,10 +95,11 @@ def probe_gaps(lm) -> tuple[float, float]:
     return gaps[0], gaps[1]
 
 
-def sample_tasks(tasks: list[str], n: int, seed: int) -> list[tuple[str, tuple, int]]:
-    """`n` (task, uname, seed) draws, cycling through the tasks in order so each gets its share."""
+def sample_tasks(tasks: list[str], n: int, seed: int, uname: tuple | None = None) -> list[tuple[str, tuple, int]]:
+    """`n` (task, uname, seed) draws, cycling through the tasks in order so each gets its share; with `uname`
+    every draw carries that one (the host's, as local sandboxes report it), else each a random one."""
     rng = random.Random(seed)
-    return [(tasks[i % len(tasks)], random_uname(rng), seed * 100_003 + i) for i in range(n)]
+    return [(tasks[i % len(tasks)], uname or random_uname(rng), seed * 100_003 + i) for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> int:

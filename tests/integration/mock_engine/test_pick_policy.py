@@ -30,11 +30,16 @@ def lm():
 
 
 def test_its_own_samples_are_valid_actions_over_all_four_letters(lm):
-    from mock_engine.build_policy import read_tasks
+    from mock_engine.build_policy import host_uname, read_tasks
     from mock_engine.policy_eval import rollout, sample_tasks, summarize
 
-    draws = sample_tasks(read_tasks(HELDOUT), 48, seed=1)
-    summary = summarize([rollout(lm, task, uname, seed) for task, uname, seed in draws])
+    # Half with random unames, half with this machine's own, which every local sandbox reports (a policy
+    # fitted without it wrote no valid action under the CPU form's real sandboxes: build_policy.host_uname).
+    tasks = read_tasks(HELDOUT)
+    halves = [sample_tasks(tasks, 24, seed=1), sample_tasks(tasks, 24, seed=2, uname=host_uname())]
+    rollouts = [[rollout(lm, task, uname, seed) for task, uname, seed in draws] for draws in halves]
+    assert summarize(rollouts[1])["valid"] >= 0.7, summarize(rollouts[1])
+    summary = summarize(rollouts[0] + rollouts[1])
     assert summary["valid"] >= 0.7, summary
     # Every letter is chosen sometimes (no letter above half): the rewarded one is not already learned.
     assert all(0.05 <= rate <= 0.5 for rate in summary["letter_rate"].values()), summary
