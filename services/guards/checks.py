@@ -39,8 +39,19 @@ FIELDS = Table(
         "GPUs preflight requires on this host",
         fix="set it to the GPUs this host must have (2; 0 in the CPU form)",
         minimum=0,
+        # No single host has more (8 on an HGX board, 16 on the largest); a count no host has is a typo.
+        maximum=64,
+        fix_above="set it to the GPUs this host must have, at most 64 (2; 0 in the CPU form)",
     ),
-    Field("MIN_FREE_DISK_GB", "integer", 0, "a floor, in GB, under the free space the disk guard sizes", minimum=0),
+    # 100 TB, TRIALS_MAX_GB's bound too: a floor no disk can meet refuses every run.
+    Field(
+        "MIN_FREE_DISK_GB",
+        "integer",
+        0,
+        "a floor, in GB, under the free space the disk guard sizes",
+        minimum=0,
+        maximum=100_000,
+    ),
     Field("COMPOSE_PROFILES", "words", (), "compose profiles; cloudflared exactly when TUNNEL_PROVIDER=cloudflared"),
     F.BUCKET_DIR,
     F.BUCKET_NOT_A_MOUNT_OK,
@@ -382,20 +393,29 @@ def check_env_server_settings(env, probes):
 
 
 def check_tunnel_settings(env, probes):
-    """tunnel-check's settings (TUNNEL_CHECK_*, DIRECT_URL, TUNNEL_HOSTNAME, ...), from its own reader
-    (tunnel_check/settings.py). It stops at its first bad value, so this is at most one line."""
+    """tunnel-check's settings (TUNNEL_CHECK_*, DIRECT_URL, TUNNEL_HOSTNAME, ...), every bad one a line, from its
+    own reader (tunnel_check/settings.py)."""
     from tunnel_check import settings as tunnel_settings
 
-    # Its first bad value only: those preflight's own fields already refused (the ports, TUNNEL_PROVIDER) read
-    # as their defaults here, so it names the next one, not the same one again.
+    # Values preflight's own fields already refused (the ports, TUNNEL_PROVIDER) read as their defaults here: their
+    # line is preflight's (with its default), not tunnel-check's wording of it again.
     view = {name: "" if name in env.refusals else value for name, value in env.env.items()}
     # What compose gives tunnel-check and not preflight: the metrics port it gives cloudflared (the field's
     # default, tests/unit/test_settings_tables.py) and TUNNEL_NAMED from the token preflight does hold.
     view["TUNNEL_METRICS_PORT"] = view.get("TUNNEL_METRICS_PORT") or str(fields.TUNNEL_METRICS_PORT.default)
     if "TUNNEL_TOKEN" in view:
         view["TUNNEL_NAMED"] = "1" if view["TUNNEL_TOKEN"].strip() else ""
-    tunnel_settings.load(view)
-    return None
+    return tunnel_settings.read(view)[1] or None
+
+
+def check_trainer_healthcheck(env, probes):
+    """TRAINER_STALE_S, from the trainer healthcheck's own field (trainer/healthcheck.py): a bad value would
+    otherwise only show as an unhealthy trainer once it runs."""
+    from trainer import healthcheck
+
+    read = Env(env.env, collect=True)
+    read.get(healthcheck.STALE_S)
+    return read.problems or None
 
 
 def check_stop_rules(env, probes):
@@ -500,6 +520,7 @@ CHECKS: dict[str, Callable] = {
     "train-script": check_train_script,
     "trainer-settings": check_trainer_settings,
     "stop-rules": check_stop_rules,
+    "trainer-healthcheck": check_trainer_healthcheck,
     "env-server-settings": check_env_server_settings,
     "tunnel-settings": check_tunnel_settings,
     "report-to": check_report_to,
