@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from stack import fields, mountinfo
+from stack import fields, mountinfo, space
 from stack.backends import SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import BUCKET_OPT_OUT_PHRASE
@@ -336,13 +336,35 @@ def check_disk(env, probes):
         need, why = disk.needed_bytes(size, settings.dtype, settings.save_total_limit)
         if floor_gb * 10**9 > need:
             need, why = floor_gb * 10**9, f"MIN_FREE_DISK_GB={floor_gb} (above the {need / 1e9:.1f} GB of {why})"
-    free = (probes.free_bytes or disk.free_bytes_at)(where)
+    free = (probes.free_bytes or space.free_bytes_at)(where)
     if free < need:
         return (
             f"{free / 1e9:.1f} GB free at {where}, need {need / 1e9:.1f} GB: {why}. Free space on the bucket, "
             "lower SAVE_TOTAL_LIMIT, or use a smaller model"
         )
     return None
+
+
+def check_trials_disk(env, probes):
+    """The env server's trials folder can keep what TRIALS_MAX_GB promises (env_server/trials.py, which the env
+    server checks again at its start, exactly).
+
+    Where preflight looks: under compose the env server keeps TRIALS_DIR in its container's own layer, on Docker's
+    disk, and preflight's container sees that same disk at the same path (not made yet: its nearest folder, `/`);
+    the CPU form mounts the host folder into both. Finished trial folders already there count toward the cap, as
+    the env server counts this stack's (preflight cannot tell which stack a folder is of). On Kubernetes the folder
+    is the env-server pod's emptyDir: its own start checks it."""
+    if cluster.on_kubernetes(env):
+        return None
+    from env_server.settings import FIELDS as ENV_SERVER_FIELDS
+    from env_server.trials import folder_bytes, space_problem
+
+    read = Env(env.env, collect=True)  # a bad value is env-server-settings' line; its default is checked here
+    trials_dir = read.get(ENV_SERVER_FIELDS["TRIALS_DIR"])
+    max_gb = read.get(ENV_SERVER_FIELDS["TRIALS_MAX_GB"])
+    free = (probes.free_bytes or space.free_bytes_at)(trials_dir)
+    held = folder_bytes(trials_dir) if os.path.isdir(trials_dir) else 0
+    return space_problem(trials_dir, max_gb, free, held)
 
 
 def check_tunnel(env, probes):
@@ -514,6 +536,7 @@ CHECKS: dict[str, Callable] = {
     "hf-home": check_hf_home,
     "checkpoints": check_checkpoints,
     "disk": check_disk,
+    "trials-disk": check_trials_disk,
     "sandbox": check_sandbox,
     "ports": check_ports,
     "tunnel": check_tunnel,
@@ -535,8 +558,9 @@ CHECKS: dict[str, Callable] = {
 # "gpus" counts the host's GPUs: only preflight sees them all (compose reserves every GPU for it). The
 # trainer container is given its own GPU(s) alone, so the host count there would refuse every real run
 # ("found 1 GPU(s), need REQUIRED_GPUS=2"); its own view is checked by "trainer-gpus".
-# env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer.
-PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings"}
+# env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer; nor does the disk that
+# holds the env server's trials folder.
+PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings", "trials-disk"}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
 TRAINER_ONLY = {"trainer-gpus", "hub-access"}
 
