@@ -109,6 +109,9 @@ class Settings:
     checkpoint_root_override: str = ""
     # TRL's max_staleness; None: derived from the batch shape (trainer/staleness.py)
     max_staleness: int | None = None
+    # TRL's weight_sync_timeout (and the mock backend's per-call timeout): a push that outlasts it means the engine
+    # is gone or hung (trainer/rejoin.py waits it out).
+    weight_sync_timeout_s: int = 300
     engine_max_model_len: int = 32768
     # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
     # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
@@ -171,6 +174,22 @@ FIELDS = Table(
         fix_above="set it to at most 1024 (each rollout of a group is a paid sandbox; groups of 8-64 are usual)",
     ),
     F.WEIGHT_TRANSFER,
+    # TRL 1.16.0's weight_sync_timeout (async_grpo_config.py; weight_transfer.py bounds the NCCL group's set-up, the
+    # transfer and its finalisation with it) defaults to 1800 s: a dead or hung engine held the GPUs idle for half
+    # an hour per push before anything said why. Measured (docs/GPU-STACK.md, DESIGN.md), a whole push of 2.8 GB
+    # takes 0.19-0.23 s (0.15-0.23 s of it the NCCL transfer, ~12 GB/s over shared memory): an 8B model in float32
+    # (32 GB) ~3 s, 70B in bfloat16 (140 GB) ~12 s, or ~2 minutes across pods on a 10 Gbit/s network. 300 s covers
+    # all of these, equals TRL's own bound on pause/resume (_CONTROL_TIMEOUT), and notices a lost engine in 5
+    # minutes. Below 10 s a first sync's group set-up could be cut; past TRL's 1800 s the bound is no bound.
+    Field(
+        "WEIGHT_SYNC_TIMEOUT_S",
+        "integer",
+        300,
+        "seconds a weight push (group set-up, transfer, finalisation) may take before the engine counts as lost",
+        fix="set it in 10-1800 seconds (a 2.8 GB push took 0.23 s; 300 notices a lost engine in 5 minutes)",
+        minimum=10,
+        maximum=1800,
+    ),
     F.BUCKET_DIR,
     F.ENGINE_URL,
     F.ENV_SERVER_URL,
@@ -380,6 +399,7 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         save_total_limit=get("SAVE_TOTAL_LIMIT"),
         report_to=get("REPORT_TO"),
         weight_transfer=weight_transfer,
+        weight_sync_timeout_s=get("WEIGHT_SYNC_TIMEOUT_S"),
         bucket_dir=bucket_dir,
         run_name=explicit or fresh_run_name(model, harness, max_steps),
         run_name_explicit=bool(explicit),
