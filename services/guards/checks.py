@@ -353,7 +353,8 @@ def check_trials_disk(env, probes):
     disk, and preflight's container sees that same disk at the same path (not made yet: its nearest folder, `/`);
     the CPU form mounts the host folder into both. Finished trial folders already there count toward the cap, as
     the env server counts this stack's (preflight cannot tell which stack a folder is of). On Kubernetes the folder
-    is the env-server pod's emptyDir: its own start checks it."""
+    is the env-server pod's emptyDir: the chart refuses a TRIALS_MAX_GB at or past its sizeLimit (envServer.trialsSize)
+    and the env server's own start checks the node's disk."""
     if cluster.on_kubernetes(env):
         return None
     from env_server.settings import FIELDS as ENV_SERVER_FIELDS
