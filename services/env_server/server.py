@@ -172,8 +172,10 @@ def main() -> None:
     from . import leftovers, trials
 
     lines.append(leftovers.reap(settings.sandbox, prefix, settings.trials_dir))
-    retention = trials.Retention(settings.trials_dir, prefix, settings.trials_keep, settings.trials_max_gb, say)
-    retention.prune()
+    try:
+        retention = trials.begin(settings.trials_dir, prefix, settings.trials_keep, settings.trials_max_gb, say)
+    except EnvError as exc:  # the disk cannot keep TRIALS_MAX_GB
+        fail(str(exc))
     lines.append(retention.describe())
     if SANDBOXES.get(settings.sandbox).host_docker:
         from . import sandbox_stop

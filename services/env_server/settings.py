@@ -52,6 +52,7 @@ FIELDS = Table(
         16,
         "sandboxes the env server runs at once; raised to MAX_INFLIGHT_ROLLOUTS when below it",
         minimum=1,
+        maximum=1024,  # MAX_INFLIGHT_ROLLOUTS' bound: one sandbox per rollout in flight
     ),
     F.MAX_INFLIGHT_ROLLOUTS,
     F.TUNNEL_PROVIDER,
@@ -68,13 +69,15 @@ FIELDS = Table(
         maximum=100_000,
     ),
     F.HANDOFF_DIR,
-    # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL.
+    # Under compose's stop_grace_period (90s), so sandboxes are closed before Docker's SIGKILL. Closing a sandbox
+    # takes seconds; an hour is past any stop grace an operator gives a container.
     Field(
         "ENV_SERVER_SHUTDOWN_GRACE_S",
         "number",
         75.0,
         "seconds spent closing in-flight sandboxes on stop; below ENV_SERVER_STOP_GRACE",
         minimum=0,
+        maximum=3600,
     ),
     # A full 32k-token context is ~150 KB of JSON; 8 MB is generous.
     # The upper bounds are the Helm chart's (values.schema.json; tests/unit/test_settings_tables.py keeps

@@ -10,6 +10,11 @@ Only this stack's folders (trial names start with its sandbox prefix, sandboxes.
 Harbor writes `result.json` in `Trial._finalize` (harbor 0.25.0, trial/trial.py), after the sandbox is
 stopped, so a folder without it belongs to a rollout still running, or to one an env server that was
 killed never finished (leftovers.py removes those at start). The newest finished folder is always kept.
+
+TRIALS_MAX_GB is a promise that the folder may grow that large, so the env server refuses to start where the disk
+cannot keep it (`space_problem`), and preflight says so first (guards `trials-disk`). What finished folders already
+hold counts toward the cap (retention removes the oldest to stay within it). Folders of rollouts in flight are
+outside the cap: MAX_INFLIGHT_ROLLOUTS of them, a few MB each, which the check leaves to the disk's margin.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from stack import space
+from stack.env import EnvError
 
 RESULT = "result.json"
 GB = 1024**3
@@ -51,6 +59,24 @@ def trial_folders(trials_dir: Path, prefix: str) -> tuple[list[tuple[float, str]
             unfinished.append(entry.name)
     finished.sort()
     return finished, unfinished
+
+
+def space_problem(trials_dir: str, max_gb: float, free_bytes: int, held_bytes: int = 0) -> str | None:
+    """Why the disk at `trials_dir` cannot keep the TRIALS_MAX_GB the settings promise (one line naming the fix),
+    or None. `held_bytes`: what finished trial folders there already hold (they count toward the cap)."""
+    if not max_gb:
+        return None  # no size cap: nothing promised (TRIALS_KEEP alone bounds the folders)
+    need = max_gb * GB - held_bytes
+    if free_bytes >= need:
+        return None
+    held = f", with {held_bytes / GB:.1f} GB already held by finished trial folders" if held_bytes else ""
+    room = (free_bytes + held_bytes) / GB
+    lower = f"lower TRIALS_MAX_GB to at most {room:.1f}, " if room >= 0.1 else ""
+    return (
+        f"TRIALS_MAX_GB={max_gb:g} lets trial folders grow to {max_gb:g} GB in {trials_dir}, but only "
+        f"{free_bytes / GB:.1f} GB is free there{held}: free space on that disk, {lower}or set TRIALS_DIR to a "
+        "folder on a larger disk"
+    )
 
 
 class Retention:
@@ -111,3 +137,25 @@ class Retention:
             )
         self.removed += removed
         return removed
+
+    @property
+    def held_bytes(self) -> int:
+        """What this stack's finished folders hold, as the last prune measured it."""
+        return sum(self._sizes.values())
+
+
+def begin(
+    trials_dir: str,
+    prefix: str,
+    keep: int,
+    max_gb: float,
+    say: Callable[[str], None],
+    free_bytes: Callable[[str], int] = space.free_bytes_at,
+) -> Retention:
+    """At the env server's start: prune to the bounds, then refuse (EnvError, one line) where the disk cannot
+    keep what TRIALS_MAX_GB promises; the retention to run as rollouts finish."""
+    retention = Retention(trials_dir, prefix, keep, max_gb, say)
+    retention.prune()
+    if problem := space_problem(trials_dir, max_gb, free_bytes(trials_dir), retention.held_bytes):
+        raise EnvError(problem)
+    return retention

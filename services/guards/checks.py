@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from stack import fields, mountinfo
+from stack import fields, mountinfo, space
 from stack.backends import SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import BUCKET_OPT_OUT_PHRASE
@@ -39,8 +39,19 @@ FIELDS = Table(
         "GPUs preflight requires on this host",
         fix="set it to the GPUs this host must have (2; 0 in the CPU form)",
         minimum=0,
+        # No single host has more (8 on an HGX board, 16 on the largest); a count no host has is a typo.
+        maximum=64,
+        fix_above="set it to the GPUs this host must have, at most 64 (2; 0 in the CPU form)",
     ),
-    Field("MIN_FREE_DISK_GB", "integer", 0, "a floor, in GB, under the free space the disk guard sizes", minimum=0),
+    # 100 TB, TRIALS_MAX_GB's bound too: a floor no disk can meet refuses every run.
+    Field(
+        "MIN_FREE_DISK_GB",
+        "integer",
+        0,
+        "a floor, in GB, under the free space the disk guard sizes",
+        minimum=0,
+        maximum=100_000,
+    ),
     Field("COMPOSE_PROFILES", "words", (), "compose profiles; cloudflared exactly when TUNNEL_PROVIDER=cloudflared"),
     F.BUCKET_DIR,
     F.BUCKET_NOT_A_MOUNT_OK,
@@ -325,13 +336,36 @@ def check_disk(env, probes):
         need, why = disk.needed_bytes(size, settings.dtype, settings.save_total_limit)
         if floor_gb * 10**9 > need:
             need, why = floor_gb * 10**9, f"MIN_FREE_DISK_GB={floor_gb} (above the {need / 1e9:.1f} GB of {why})"
-    free = (probes.free_bytes or disk.free_bytes_at)(where)
+    free = (probes.free_bytes or space.free_bytes_at)(where)
     if free < need:
         return (
             f"{free / 1e9:.1f} GB free at {where}, need {need / 1e9:.1f} GB: {why}. Free space on the bucket, "
             "lower SAVE_TOTAL_LIMIT, or use a smaller model"
         )
     return None
+
+
+def check_trials_disk(env, probes):
+    """The env server's trials folder can keep what TRIALS_MAX_GB promises (env_server/trials.py, which the env
+    server checks again at its start, exactly).
+
+    Where preflight looks: under compose the env server keeps TRIALS_DIR in its container's own layer, on Docker's
+    disk, and preflight's container sees that same disk at the same path (not made yet: its nearest folder, `/`);
+    the CPU form mounts the host folder into both. Finished trial folders already there count toward the cap, as
+    the env server counts this stack's (preflight cannot tell which stack a folder is of). On Kubernetes the folder
+    is the env-server pod's emptyDir: the chart refuses a TRIALS_MAX_GB at or past its sizeLimit (envServer.trialsSize)
+    and the env server's own start checks the node's disk."""
+    if cluster.on_kubernetes(env):
+        return None
+    from env_server.settings import FIELDS as ENV_SERVER_FIELDS
+    from env_server.trials import folder_bytes, space_problem
+
+    read = Env(env.env, collect=True)  # a bad value is env-server-settings' line; its default is checked here
+    trials_dir = read.get(ENV_SERVER_FIELDS["TRIALS_DIR"])
+    max_gb = read.get(ENV_SERVER_FIELDS["TRIALS_MAX_GB"])
+    free = (probes.free_bytes or space.free_bytes_at)(trials_dir)
+    held = folder_bytes(trials_dir) if os.path.isdir(trials_dir) else 0
+    return space_problem(trials_dir, max_gb, free, held)
 
 
 def check_tunnel(env, probes):
@@ -382,20 +416,29 @@ def check_env_server_settings(env, probes):
 
 
 def check_tunnel_settings(env, probes):
-    """tunnel-check's settings (TUNNEL_CHECK_*, DIRECT_URL, TUNNEL_HOSTNAME, ...), from its own reader
-    (tunnel_check/settings.py). It stops at its first bad value, so this is at most one line."""
+    """tunnel-check's settings (TUNNEL_CHECK_*, DIRECT_URL, TUNNEL_HOSTNAME, ...), every bad one a line, from its
+    own reader (tunnel_check/settings.py)."""
     from tunnel_check import settings as tunnel_settings
 
-    # Its first bad value only: those preflight's own fields already refused (the ports, TUNNEL_PROVIDER) read
-    # as their defaults here, so it names the next one, not the same one again.
+    # Values preflight's own fields already refused (the ports, TUNNEL_PROVIDER) read as their defaults here: their
+    # line is preflight's (with its default), not tunnel-check's wording of it again.
     view = {name: "" if name in env.refusals else value for name, value in env.env.items()}
     # What compose gives tunnel-check and not preflight: the metrics port it gives cloudflared (the field's
     # default, tests/unit/test_settings_tables.py) and TUNNEL_NAMED from the token preflight does hold.
     view["TUNNEL_METRICS_PORT"] = view.get("TUNNEL_METRICS_PORT") or str(fields.TUNNEL_METRICS_PORT.default)
     if "TUNNEL_TOKEN" in view:
         view["TUNNEL_NAMED"] = "1" if view["TUNNEL_TOKEN"].strip() else ""
-    tunnel_settings.load(view)
-    return None
+    return tunnel_settings.read(view)[1] or None
+
+
+def check_trainer_healthcheck(env, probes):
+    """TRAINER_STALE_S, from the trainer healthcheck's own field (trainer/healthcheck.py): a bad value would
+    otherwise only show as an unhealthy trainer once it runs."""
+    from trainer import healthcheck
+
+    read = Env(env.env, collect=True)
+    read.get(healthcheck.STALE_S)
+    return read.problems or None
 
 
 def check_stop_rules(env, probes):
@@ -494,12 +537,14 @@ CHECKS: dict[str, Callable] = {
     "hf-home": check_hf_home,
     "checkpoints": check_checkpoints,
     "disk": check_disk,
+    "trials-disk": check_trials_disk,
     "sandbox": check_sandbox,
     "ports": check_ports,
     "tunnel": check_tunnel,
     "train-script": check_train_script,
     "trainer-settings": check_trainer_settings,
     "stop-rules": check_stop_rules,
+    "trainer-healthcheck": check_trainer_healthcheck,
     "env-server-settings": check_env_server_settings,
     "tunnel-settings": check_tunnel_settings,
     "report-to": check_report_to,
@@ -514,8 +559,9 @@ CHECKS: dict[str, Callable] = {
 # "gpus" counts the host's GPUs: only preflight sees them all (compose reserves every GPU for it). The
 # trainer container is given its own GPU(s) alone, so the host count there would refuse every real run
 # ("found 1 GPU(s), need REQUIRED_GPUS=2"); its own view is checked by "trainer-gpus".
-# env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer.
-PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings"}
+# env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer; nor does the disk that
+# holds the env server's trials folder.
+PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings", "trials-disk"}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
 TRAINER_ONLY = {"trainer-gpus", "hub-access"}
 

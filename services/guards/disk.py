@@ -18,7 +18,6 @@ token), the size is unknown and only the MIN_FREE_DISK_GB floor applies, and the
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,10 +105,3 @@ def needed_bytes(size: ModelSize, train_dtype: str, save_total_limit: int) -> tu
         + f" + {int(round((HEADROOM - 1) * 100))}% headroom"
     )
     return need, phrase
-
-
-def free_bytes_at(where: str) -> int:
-    path = Path(where)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return os.statvfs(path).f_bavail * os.statvfs(path).f_frsize

@@ -57,6 +57,11 @@ def _control_character(value: str) -> int | None:
     return next((i for i, c in enumerate(value) if unicodedata.category(c) == "Cc"), None)
 
 
+def _n(bound: float) -> str:
+    """A bound as a line prints it: 1000000, not :g's 1e+06; 0.01 as is."""
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e15 else f"{bound:g}"
+
+
 KINDS = ("text", "integer", "number", "flag", "choice", "url", "path", "port", "words", "phrase")
 
 
@@ -66,6 +71,8 @@ class Field:
 
     `default=None` on a field whose default is derived from other settings (the reader passes it);
     `phrase` is an opt-out that is either empty or exactly `choices[0]`; `words` is a comma-separated list.
+    `fix_above` is the fix for a value above `maximum` where `fix` speaks of the lower end (the default: `fix`,
+    else "set X to at most M").
     """
 
     name: str
@@ -79,6 +86,7 @@ class Field:
     choices: tuple[str, ...] = ()
     aliases: Mapping[str, str] | None = None
     secret: bool = False
+    fix_above: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -90,9 +98,19 @@ class Field:
         d = self.default if default is _UNSET else default
         k, fix = self.kind, self.fix
         if k == "integer":
-            return env.integer(self.name, d, minimum=self.minimum, maximum=self.maximum, fix=fix)
+            return env.integer(
+                self.name, d, minimum=self.minimum, maximum=self.maximum, fix=fix, fix_above=self.fix_above
+            )
         if k == "number":
-            return env.number(self.name, d, minimum=self.minimum, maximum=self.maximum, above=self.above, fix=fix)
+            return env.number(
+                self.name,
+                d,
+                minimum=self.minimum,
+                maximum=self.maximum,
+                above=self.above,
+                fix=fix,
+                fix_above=self.fix_above,
+            )
         if k == "flag":
             return env.flag(self.name, d)
         if k == "choice":
@@ -189,7 +207,14 @@ class Env:
         return default if raw is None else raw
 
     def integer(
-        self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None, fix: str = ""
+        self,
+        name: str,
+        default: int,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        fix: str = "",
+        fix_above: str = "",
     ) -> int:
         raw = self.raw(name)
         if raw is None:
@@ -201,7 +226,7 @@ class Env:
                 f"{name}={raw!r} is not a whole number: {fix or f'set {name} to an integer'}{self._default(default)}",
                 default,
             )
-        return self._bounded(name, raw, value, default, minimum, maximum, fix)
+        return self._bounded(name, raw, value, default, minimum, maximum, fix, fix_above)
 
     def number(
         self,
@@ -212,6 +237,7 @@ class Env:
         maximum: float | None = None,
         above: float | None = None,
         fix: str = "",
+        fix_above: str = "",
     ) -> float:
         """A finite float; `above` is a strict lower bound (a learning rate of 0 is no learning rate)."""
         raw = self.raw(name)
@@ -230,21 +256,21 @@ class Env:
             )
         if above is not None and value <= above:
             return self.refuse(
-                f"{name}={raw!r} is not above {above:g}: {fix or f'set {name} above {above:g}'}{self._default(default)}",
+                f"{name}={raw!r} is not above {_n(above)}: {fix or f'set {name} above {_n(above)}'}{self._default(default)}",
                 default,
             )
-        return self._bounded(name, raw, value, default, minimum, maximum, fix)
+        return self._bounded(name, raw, value, default, minimum, maximum, fix, fix_above)
 
-    def _bounded(self, name, raw, value, default, minimum, maximum, fix):
+    def _bounded(self, name, raw, value, default, minimum, maximum, fix, fix_above=""):
         if minimum is not None and value < minimum:
             return self.refuse(
-                f"{name}={raw!r} is below {minimum:g}: {fix or f'set {name} to at least {minimum:g}'}"
+                f"{name}={raw!r} is below {_n(minimum)}: {fix or f'set {name} to at least {_n(minimum)}'}"
                 f"{self._default(default)}",
                 default,
             )
         if maximum is not None and value > maximum:
             return self.refuse(
-                f"{name}={raw!r} is above {maximum:g}: {fix or f'set {name} to at most {maximum:g}'}"
+                f"{name}={raw!r} is above {_n(maximum)}: {fix_above or fix or f'set {name} to at most {_n(maximum)}'}"
                 f"{self._default(default)}",
                 default,
             )

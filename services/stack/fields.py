@@ -80,18 +80,35 @@ TUNNEL_METRICS_PORT = Field(
 TUNNEL_LOG = Field("TUNNEL_LOG", "text", "", "cloudflared's --logfile (quick tunnel URL discovery)")
 ENV_SERVER_URL = Field("ENV_SERVER_URL", "url", "http://127.0.0.1:8000", "the env server's Task API")
 PORTS = Table(ENGINE_PORT, ENV_SERVER_PORT, CAPTURE_PORT, TUNNEL_METRICS_PORT)
+# Upper bounds below are for values that can only be typos; each is well past what a real run uses, and says why.
+# The capture port serves at most CAPTURE_MAX_CONCURRENT <= 1024 model calls at once (one per in-flight rollout):
+# more rollouts than that would only queue on its 429s, each holding a paid sandbox.
 MAX_INFLIGHT_ROLLOUTS = Field(
-    "MAX_INFLIGHT_ROLLOUTS", "integer", 8, "rollouts in flight at once (each is one sandbox)", minimum=1
+    "MAX_INFLIGHT_ROLLOUTS",
+    "integer",
+    8,
+    "rollouts in flight at once (each is one sandbox)",
+    minimum=1,
+    maximum=1024,
 )
+# 2^20 tokens: the longest context of any model this stack can train (Qwen2.5-1M); the trainer packs a whole
+# rollout into one sequence, and 64k tokens of a 1.7B model already ran an H200 out of memory (DESIGN.md).
+MAX_CONTEXT_TOKENS = 1_048_576
 MAX_OUTPUT_TOKENS = Field(
     "MAX_OUTPUT_TOKENS",
     "integer",
     4096,
     "longest completion per model call, enforced by the capture proxy and trained at that length",
     minimum=1,
+    maximum=MAX_CONTEXT_TOKENS,
 )
 ENGINE_MAX_MODEL_LEN = Field(
-    "ENGINE_MAX_MODEL_LEN", "integer", 32768, "longest prompt + completion the engine accepts", minimum=1
+    "ENGINE_MAX_MODEL_LEN",
+    "integer",
+    32768,
+    "longest prompt + completion the engine accepts",
+    minimum=1,
+    maximum=MAX_CONTEXT_TOKENS,
 )
 # The engine (vLLM) and its CPU stand-in (the mock engine) both stop turns by it: engine/turn_end.py.
 TURN_END_TOKENS = Field(
@@ -111,6 +128,10 @@ AGENT_STEP_LIMIT = Field(
     "rollout's packed length, and the trainer's memory, grows with every turn: 58-turn rollouts ran an "
     "80 GiB card out of memory)",
     minimum=1,
+    # Seventeen times the turns that already ran an 80 GiB card out of memory; agent benchmarks stop at 100-250.
+    maximum=1000,
+    fix_above="set it to at most 1000 model calls (58-turn rollouts already ran an 80 GiB card out of memory; "
+    "agent benchmarks stop at 100-250)",
 )
 AGENT_INSTALL = Field(
     "AGENT_INSTALL", "choice", "online", "how mini-swe-agent gets into a sandbox", choices=AGENT_INSTALLS

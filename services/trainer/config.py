@@ -109,6 +109,9 @@ class Settings:
     checkpoint_root_override: str = ""
     # TRL's max_staleness; None: derived from the batch shape (trainer/staleness.py)
     max_staleness: int | None = None
+    # TRL's weight_sync_timeout (and the mock backend's per-call timeout): a push that outlasts it means the engine
+    # is gone or hung (trainer/rejoin.py waits it out).
+    weight_sync_timeout_s: int = 300
     engine_max_model_len: int = 32768
     # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
     # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
@@ -145,12 +148,19 @@ class Settings:
 
 
 DTYPES = ("bfloat16", "float16", "float32")
+MAX_STEPS_BOUND = 1_000_000
+# Sampling temperature: above a few every token is noise (OpenAI's API stops at 2); 10 leaves room for experiments.
+MAX_TEMPERATURE = 10.0
+# Scored attempts per eval task, and so the largest k of pass@k: pass@1000 is past any published evaluation.
+MAX_EVAL_ATTEMPTS = 1000
 
 F = fields
 FIELDS = Table(
     F.MODEL,
     Field("HARNESS", "text", "mini-swe-agent", "agent harness run inside the sandbox"),
-    Field("MAX_STEPS", "integer", 200, "optimizer steps to train", minimum=1),
+    # At the fastest step measured (8.7 s on an H200 with short rollouts, docs/GPU-STACK.md) a million steps is
+    # three months of one run: a count above it can only be a typo.
+    Field("MAX_STEPS", "integer", 200, "optimizer steps to train", minimum=1, maximum=MAX_STEPS_BOUND),
     F.AGENT_STEP_LIMIT,
     F.RUN_NAME,
     Field(
@@ -160,15 +170,44 @@ FIELDS = Table(
         "rollouts per task (GRPO group size)",
         fix="set it to at least 2 (GRPO scores each rollout against the others of its group: one has no baseline)",
         minimum=2,
+        maximum=1024,
+        fix_above="set it to at most 1024 (each rollout of a group is a paid sandbox; groups of 8-64 are usual)",
     ),
     F.WEIGHT_TRANSFER,
+    # TRL 1.16.0's weight_sync_timeout (async_grpo_config.py; weight_transfer.py bounds the NCCL group's set-up, the
+    # transfer and its finalisation with it) defaults to 1800 s: a dead or hung engine held the GPUs idle for half
+    # an hour per push before anything said why. Measured (docs/GPU-STACK.md, DESIGN.md), a whole push of 2.8 GB
+    # takes 0.19-0.23 s (0.15-0.23 s of it the NCCL transfer, ~12 GB/s over shared memory): an 8B model in float32
+    # (32 GB) ~3 s, 70B in bfloat16 (140 GB) ~12 s, or ~2 minutes across pods on a 10 Gbit/s network. 300 s covers
+    # all of these, equals TRL's own bound on pause/resume (_CONTROL_TIMEOUT), and notices a lost engine in 5
+    # minutes. Below 10 s a first sync's group set-up could be cut; past TRL's 1800 s the bound is no bound.
+    Field(
+        "WEIGHT_SYNC_TIMEOUT_S",
+        "integer",
+        300,
+        "seconds a weight push (group set-up, transfer, finalisation) may take before the engine counts as lost",
+        fix="set it in 10-1800 seconds (a 2.8 GB push took 0.23 s; 300 notices a lost engine in 5 minutes)",
+        minimum=10,
+        maximum=1800,
+    ),
     F.BUCKET_DIR,
     F.ENGINE_URL,
     F.ENV_SERVER_URL,
     F.SANDBOX,
-    Field("AGENT_TIMEOUT_S", "number", 900.0, "seconds the agent may run in its sandbox", above=0),
+    # A day: E2B's longest sandbox lifetime (24 h, Pro); a rollout past it has lost its sandbox anyway.
+    Field("AGENT_TIMEOUT_S", "number", 900.0, "seconds the agent may run in its sandbox", above=0, maximum=86_400),
     Field("REWARD_KEY", "text", "", "which verifier reward is the training signal; empty: the task's main one"),
-    Field("TOOL_EFFICIENCY_BONUS", "number", 0.1, "extra reward for fewer tool calls when correct", minimum=0),
+    # A bonus at or above a 0/1 verifier's whole scale would rank solutions by tool calls as much as by solving.
+    Field(
+        "TOOL_EFFICIENCY_BONUS",
+        "number",
+        0.1,
+        "extra reward for fewer tool calls when correct",
+        minimum=0,
+        maximum=1,
+        fix_above="set it to at most 1, e.g. 0.1 (a bonus on the verifier's 0-1 reward orders solutions; at 1 it "
+        "outweighs solving)",
+    ),
     F.MAX_INFLIGHT_ROLLOUTS,
     # RL fine-tuning of a pretrained model runs at 1e-7..1e-5; AdamW's first step moves every weight by
     # about the learning rate, so at 1e-2 and above the model is destroyed in a step or two (a typo such as
@@ -190,16 +229,27 @@ FIELDS = Table(
         "sampling temperature of the training policy",
         fix="set it above 0 (the policy's logprobs are processed at it; 0 is greedy, not a policy)",
         above=0,
+        maximum=MAX_TEMPERATURE,
+        fix_above="set it to at most 10, e.g. 1.0 (above a few every sampled token is noise)",
     ),
     F.MAX_OUTPUT_TOKENS,
     # 0 switches TRL to fixed-count micro-batches of PER_DEVICE_TRAIN_BATCH_SIZE samples.
-    Field("TOKEN_BUDGET", "integer", 32768, "packed tokens per micro-batch; 0: fixed-count micro-batches", minimum=0),
+    Field(
+        "TOKEN_BUDGET",
+        "integer",
+        32768,
+        "packed tokens per micro-batch; 0: fixed-count micro-batches",
+        minimum=0,
+        # The longest context the engine may serve (ENGINE_MAX_MODEL_LEN's bound); 64k ran an H200 out of memory.
+        maximum=fields.MAX_CONTEXT_TOKENS,
+    ),
     Field(
         "PER_DEVICE_TRAIN_BATCH_SIZE",
         "integer",
         None,
         "samples per micro-batch when TOKEN_BUDGET=0; empty: NUM_GENERATIONS",
         minimum=1,
+        maximum=1024,  # NUM_GENERATIONS' bound: one micro-batch of the largest group
     ),
     Field(
         "MAX_STALENESS",
@@ -208,7 +258,8 @@ FIELDS = Table(
         "TRL's max_staleness in optimizer steps; auto: 4 x the steps one group spans (trainer/staleness.py)",
         fix="set a whole number of optimizer steps >= 0, or auto (4 x the steps one group spans)",
     ),
-    Field("GRADIENT_ACCUMULATION_STEPS", "integer", 1, "micro-batches per optimizer step", minimum=1),
+    # 1024 micro-batches per optimizer step is already far past any GRPO recipe (1-16).
+    Field("GRADIENT_ACCUMULATION_STEPS", "integer", 1, "micro-batches per optimizer step", minimum=1, maximum=1024),
     Field(
         "SAVE_STEPS",
         "integer",
@@ -216,8 +267,21 @@ FIELDS = Table(
         "save a checkpoint every N optimizer steps",
         fix="set it to at least 1 (0 would never save a checkpoint)",
         minimum=1,
+        maximum=MAX_STEPS_BOUND,
+        fix_above=f"set it to at most {MAX_STEPS_BOUND} (MAX_STEPS' bound), e.g. 25",
     ),
-    Field("SAVE_TOTAL_LIMIT", "integer", 2, "checkpoints kept per run", minimum=1),
+    # The disk guard sizes the bucket for (SAVE_TOTAL_LIMIT + 1) checkpoints of ~12 GB each (Qwen3-1.7B, float32
+    # weights + AdamW): a thousand is already 12 TB.
+    Field(
+        "SAVE_TOTAL_LIMIT",
+        "integer",
+        2,
+        "checkpoints kept per run",
+        minimum=1,
+        maximum=1000,
+        fix_above="set it to at most 1000 (the bucket must hold SAVE_TOTAL_LIMIT + 1 checkpoints; the disk guard "
+        "sizes it)",
+    ),
     F.REPORT_TO,
     F.TRAIN_SCRIPT,
     F.CHECKPOINT_ROOT,
@@ -234,22 +298,47 @@ FIELDS = Table(
         choices=DTYPES,
     ),
     Field("EVAL_PASS_K", "text", "1", "comma-separated k for pass@k (pass@1 is always reported)"),
-    Field("EVAL_ATTEMPTS", "integer", None, "attempts per eval task; empty: the largest k in EVAL_PASS_K", minimum=1),
-    Field("EVAL_STEPS", "integer", 0, "evaluate every this many optimizer steps; 0: never during training", minimum=0),
+    Field(
+        "EVAL_ATTEMPTS",
+        "integer",
+        None,
+        "attempts per eval task; empty: the largest k in EVAL_PASS_K",
+        minimum=1,
+        maximum=MAX_EVAL_ATTEMPTS,
+    ),
+    Field(
+        "EVAL_STEPS",
+        "integer",
+        0,
+        "evaluate every this many optimizer steps; 0: never during training",
+        minimum=0,
+        maximum=MAX_STEPS_BOUND,
+    ),
     F.EVAL_DATASETS,
-    Field("EVAL_TEMPERATURE", "number", 0.6, "eval sampling temperature", minimum=0),
+    Field("EVAL_TEMPERATURE", "number", 0.6, "eval sampling temperature", minimum=0, maximum=MAX_TEMPERATURE),
     Field("EVAL_TOP_P", "number", 0.95, "eval nucleus sampling", minimum=0, maximum=1),
-    Field("EVAL_MAX_TASKS", "integer", 0, "at most this many eval tasks; 0: all", minimum=0),
-    Field("EVAL_CONCURRENCY", "integer", 4, "eval rollouts at once", minimum=1),
+    # Harmless above the tasks served (it means all of them); bounded so a typo reads as one.
+    Field("EVAL_MAX_TASKS", "integer", 0, "at most this many eval tasks; 0: all", minimum=0, maximum=1_000_000),
+    # Each eval rollout is a sandbox, as in training (MAX_INFLIGHT_ROLLOUTS' bound).
+    Field("EVAL_CONCURRENCY", "integer", 4, "eval rollouts at once", minimum=1, maximum=1024),
     Field("EVAL_BASELINE", "text", None, "the base model's eval.json; empty: <bucket>/evals/baseline/eval.json"),
     Field("HUB_MODEL_ID", "text", "", "Hub repository to push the final model to; empty: nothing is pushed"),
     Field("HUB_TOKEN", "text", "", "write token for HUB_MODEL_ID; empty: huggingface_hub's own lookup", secret=True),
     Field("HUB_PUSH_CHECKPOINTS", "flag", False, "also push every checkpoint as it is saved"),
     Field("HUB_PRIVATE", "flag", True, "create the repository private"),
     Field("HF_ENDPOINT", "text", "https://huggingface.co", "the Hub's address (a mirror, or a test's stand-in)"),
-    Field("HUB_PUSH_ATTEMPTS", "integer", 5, "tries per push", minimum=1),
-    Field("HUB_RETRY_S", "number", 30.0, "seconds before the first retry; doubles per try", minimum=0),
-    Field("HUB_FINAL_WAIT_S", "number", 1800.0, "seconds the trainer waits at exit for the final push", minimum=0),
+    # The delay doubles per try: at the default 30 s, try 20 would start after 30 s x (2^19 - 1), half a year on.
+    Field("HUB_PUSH_ATTEMPTS", "integer", 5, "tries per push", minimum=1, maximum=20),
+    Field("HUB_RETRY_S", "number", 30.0, "seconds before the first retry; doubles per try", minimum=0, maximum=3600),
+    # The trainer holds its GPU while it waits: a day is past any push of a model that fits on it.
+    Field(
+        "HUB_FINAL_WAIT_S",
+        "number",
+        1800.0,
+        "seconds the trainer waits at exit for the final push",
+        minimum=0,
+        maximum=86_400,
+    ),
 )
 
 
@@ -257,8 +346,14 @@ def _max_staleness(r: Env, raw: str) -> int | None:
     """None for auto (derived from the batch shape at start, trainer/staleness.py), else the whole number."""
     if raw.strip().lower() == "auto":
         return None
-    if raw.strip().isdigit():
+    if raw.strip().isdigit() and int(raw.strip()) <= MAX_STEPS_BOUND:
         return int(raw.strip())
+    if raw.strip().isdigit():
+        return r.refuse(
+            f"MAX_STALENESS={raw!r} is above {MAX_STEPS_BOUND}: set it to at most MAX_STEPS' bound, or auto "
+            "(4 x the steps one group spans)",
+            None,
+        )
     return r.refuse(
         f"MAX_STALENESS={raw!r} is not auto or a whole number: {FIELDS['MAX_STALENESS'].fix} (default auto)", None
     )
@@ -304,6 +399,7 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         save_total_limit=get("SAVE_TOTAL_LIMIT"),
         report_to=get("REPORT_TO"),
         weight_transfer=weight_transfer,
+        weight_sync_timeout_s=get("WEIGHT_SYNC_TIMEOUT_S"),
         bucket_dir=bucket_dir,
         run_name=explicit or fresh_run_name(model, harness, max_steps),
         run_name_explicit=bool(explicit),
@@ -347,6 +443,13 @@ def eval_from_env(r: Env, bucket_dir: str) -> EvalSettings:
     except ValueError:
         ks = r.refuse(
             f"EVAL_PASS_K={raw_k!r} is not a list of positive whole numbers: set it like 1,4,8 (default 1)", {1}
+        )
+    if max(ks, default=1) > MAX_EVAL_ATTEMPTS:
+        # EVAL_ATTEMPTS defaults to the largest k, and a default is not bounds-checked: the k is, here.
+        ks = r.refuse(
+            f"EVAL_PASS_K={raw_k} asks for pass@{max(ks)}: set each k to at most {MAX_EVAL_ATTEMPTS} (EVAL_ATTEMPTS' "
+            "bound: scored attempts per eval task)",
+            {1},
         )
     pass_k = tuple(sorted(ks | {1}))
     attempts = r.get(FIELDS["EVAL_ATTEMPTS"], max(pass_k))

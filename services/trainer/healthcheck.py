@@ -34,6 +34,9 @@ STALE_S = Field(
     "unhealthy when the run's status has not been rewritten for this long (no step finished)",
     fix="set it to a number of seconds above 0",
     above=0,
+    # A day: a run that finished no step for longer is the stuck run this check exists to show.
+    maximum=86_400,
+    fix_above="set it to at most 86400 seconds (a day), e.g. 1800",
 )
 # Where the trainer announces its status file; a test points it elsewhere.
 POINTER_FIELD = Field(

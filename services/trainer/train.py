@@ -188,14 +188,14 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         rollout_worker=worker,
-        weight_transfer=weights.build(s.weight_transfer, s.engine_url),
+        weight_transfer=weights.build(s.weight_transfer, s.engine_url, s.weight_sync_timeout_s),
         callbacks=[StatusCallback(status), stop.StopCallback(), rules.callback()],
     )
     if trainer.weight_transfer is not None:
-        # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag);
-        # wrapping TRL's own client (or the mock's) reports the first sync and names its transport on failure.
-        served = weights.ServedVersion(trainer.weight_transfer, s.engine_url)
-        trainer.weight_transfer = weights.FirstSync(served, s.weight_transfer, os.environ)
+        # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag).
+        # A lost engine is re-joined with the weights TRL's own `_streaming_iter` yields: what
+        # `_sync_weight_merged` sends (read at 1.16.0).
+        trainer.weight_transfer, served = weights.chain(trainer.weight_transfer, trainer._streaming_iter, s, os.environ)
         trainer.callback_handler.callbacks.insert(0, served.callback())
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
@@ -225,18 +225,11 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
         print(f"trainer: resume this run with RUN_NAME={s.run_name}", flush=True)
 
 
-def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args):
-    """TRL's config, the tokenizer and the rollout worker, its child spawned (held at its gate)."""
-    from transformers import AutoTokenizer
+def trl_config(s: Settings, report_to, report_args: dict, cpu: bool):
+    """TRL's AsyncGRPOConfig from the settings: every TRL knob this stack sets, in one place."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
-    from datasets import Dataset
-
-    from . import cpu_form
-    from .worker import HarborRolloutWorker
-
-    cpu = cpu_form.install()
-    config = AsyncGRPOConfig(
+    return AsyncGRPOConfig(
         output_dir=str(s.run_dir),
         run_name=s.run_name,
         project="asyncgrpo-harbor",
@@ -260,8 +253,23 @@ def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args):
         **report_args,
         **precision.choose(s.weight_transfer, s.dtype).trl_kwargs(),
         max_staleness=staleness.max_staleness_for(s),
+        # TRL's own client bounds a push's group set-up, transfer and finalisation by it (1800 s by default).
+        weight_sync_timeout=s.weight_sync_timeout_s,
         gradient_checkpointing=not cpu,
     )
+
+
+def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args):
+    """TRL's config, the tokenizer and the rollout worker, its child spawned (held at its gate)."""
+    from transformers import AutoTokenizer
+
+    from datasets import Dataset
+
+    from . import cpu_form
+    from .worker import HarborRolloutWorker
+
+    cpu = cpu_form.install()
+    config = trl_config(s, report_to, report_args, cpu)
     tokenizer = AutoTokenizer.from_pretrained(s.model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

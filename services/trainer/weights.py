@@ -32,12 +32,16 @@ TRANSPORT_VARS = ("NCCL_P2P_DISABLE", "NCCL_CUMEM_ENABLE", "VLLM_HOST_IP", "NCCL
 SAFE_DEFAULT = "NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0"
 
 
-def build(mode: str, engine_url: str):
-    """The client its registry entry names (stack/backends.py), or None where AsyncGRPOTrainer builds its own."""
+def build(mode: str, engine_url: str, timeout_s: float | None = None):
+    """The client its registry entry names (stack/backends.py), or None where AsyncGRPOTrainer builds its own (then
+    TRL's `weight_sync_timeout` bounds it). A named client takes `(engine_url, timeout_s=)`: the most one of its
+    calls may wait (WEIGHT_SYNC_TIMEOUT_S; the mock's MockWeightTransfer applies it to every request)."""
     from stack.backends import WEIGHT_TRANSFERS, load
 
     client = WEIGHT_TRANSFERS.get(mode).client
-    return load(client)(engine_url) if client else None
+    if not client:
+        return None
+    return load(client)(engine_url) if timeout_s is None else load(client)(engine_url, timeout_s=timeout_s)
 
 
 def describe_transport(mode: str, env: Mapping[str, str]) -> str:
@@ -148,6 +152,28 @@ class FirstSync:
         self.inner.destroy()
 
 
+def chain(backend, fresh_weights: Callable, s, env: Mapping[str, str]) -> tuple[FirstSync, ServedVersion]:
+    """The backend as the trainer hands it to TRL: FirstSync(ServedVersion(Rejoin(backend))), and the ServedVersion.
+
+    - FirstSync, outermost: a failing first push is a transport to fix, one line and exit (never waited out);
+    - ServedVersion: what the engine serves after each of TRL's pushes, re-counted when the engine was replaced;
+    - Rejoin, innermost: an engine lost in a later push is waited for and re-joined (trainer/rejoin.py).
+    `s` is the trainer's Settings; `fresh_weights()` yields every weight to send, as TRL's own push does."""
+    from .rejoin import Rejoin
+
+    lost = Rejoin(
+        backend,
+        s.engine_url,
+        fresh_weights,
+        run_name=s.run_name,
+        timeout_s=s.weight_sync_timeout_s,
+        status_path=str(s.status_path),
+    )
+    served = ServedVersion(lost, s.engine_url)
+    lost.on_rejoin = served.rejoined
+    return FirstSync(served, s.weight_transfer, env), served
+
+
 # --- which weights the engine serves after a push ---------------------------------------------------------------
 
 
@@ -196,6 +222,10 @@ class ServedVersion:
 
     def init_weight_transfer(self) -> None:
         self.inner.init_weight_transfer()
+
+    def rejoined(self) -> None:
+        """The engine was replaced (trainer/rejoin.py): its version counts from its own start, so count anew."""
+        self.pushes, self.base = 0, None
 
     def pause(self) -> None:
         self.inner.pause()

@@ -20,7 +20,8 @@ def main() -> int:
     try:
         settings = load()
     except EnvError as exc:
-        print(f"tunnel-check: configuration error: {exc}", file=sys.stderr)
+        for problem in exc.problems:  # every bad value at once, one line each
+            print(f"tunnel-check: configuration error: {problem}", file=sys.stderr)
         return 2
     from .monitor import Monitor
 

@@ -29,7 +29,7 @@ def main() -> int:
     try:
         settings = load()
     except EnvError as exc:
-        print(f"unhealthy: configuration error: {exc}")
+        print(f"unhealthy: configuration error: {'; '.join(exc.problems)}")  # a healthcheck's status is one line
         return 1
     healthy, line = status(settings)
     print(line)

@@ -29,6 +29,10 @@ from stack.env import _UNSET, Env, EnvError, Field, Table
 # A record is written right after the check's request returns; allow for that write (and for a check
 # that ends exactly at its timeout when failures_to_withdraw is 1) before the record expires.
 WRITE_GRACE_S = 1.0
+# The longest a URL that stopped serving may stay published (interval x failures + timeout). The defaults give
+# 28 s; a flaky network's 30 s x 5 gives under 3 minutes; past half an hour every rollout started meanwhile is
+# sent to a dead URL and comes back unscorable.
+MAX_WITHDRAW_BOUND_S = 1800.0
 
 
 F = fields
@@ -44,9 +48,22 @@ FIELDS = Table(
     F.TUNNEL_METRICS_PORT,
     F.TUNNEL_LOG,
     Field("TUNNEL_METRICS_HOST", "text", "127.0.0.1", "where cloudflared's metrics server listens"),
-    Field("TUNNEL_CHECK_INTERVAL_S", "number", 10.0, "seconds between re-checks of the public URL", minimum=0.2),
+    # The withdraw bound (interval x failures + timeout) is held to MAX_WITHDRAW_BOUND_S as well.
     Field(
-        "TUNNEL_CHECK_FAILURES_TO_WITHDRAW", "integer", 2, "consecutive failed re-checks before withdrawal", minimum=1
+        "TUNNEL_CHECK_INTERVAL_S",
+        "number",
+        10.0,
+        "seconds between re-checks of the public URL",
+        minimum=0.2,
+        maximum=MAX_WITHDRAW_BOUND_S,
+    ),
+    Field(
+        "TUNNEL_CHECK_FAILURES_TO_WITHDRAW",
+        "integer",
+        2,
+        "consecutive failed re-checks before withdrawal",
+        minimum=1,
+        maximum=100,
     ),
     Field(
         "TUNNEL_CHECK_TIMEOUT_S",
@@ -54,6 +71,7 @@ FIELDS = Table(
         8.0,
         "the most one check may take; below TUNNEL_CHECK_INTERVAL_S (default: 8, or 0.8 x a shorter interval)",
         minimum=0.1,
+        maximum=MAX_WITHDRAW_BOUND_S,
     ),
     Field("GRADIO_SHARE_SERVER", "text", "", "TUNNEL_PROVIDER=gradio: your own frps (host:port)"),
     F.HANDOFF_DIR,
@@ -83,19 +101,21 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _check_url(name: str, url: str) -> None:
+def _url_problem(name: str, url: str) -> str | None:
+    """Why `url` cannot be used (one line naming `name` and the fix), or None."""
     try:
         parts = urlsplit(url)
         port = parts.port  # raises ValueError on a port that is not 1-65535
     except ValueError as exc:
-        raise EnvError(f"{name}={url!r} is not a usable URL ({exc}): e.g. http://172.17.0.1:8100") from None
+        return f"{name}={url!r} is not a usable URL ({exc}): e.g. http://172.17.0.1:8100"
     if parts.scheme not in ("http", "https"):
-        raise EnvError(f"{name}={url!r} needs an http:// or https:// scheme, e.g. http://172.17.0.1:8100")
+        return f"{name}={url!r} needs an http:// or https:// scheme, e.g. http://172.17.0.1:8100"
     why = _hostname_problem(parts.hostname or "")
     if why or port == 0:
-        raise EnvError(f"{name}={url!r} is not a usable URL ({why or 'port 0'}): e.g. http://172.17.0.1:8100")
+        return f"{name}={url!r} is not a usable URL ({why or 'port 0'}): e.g. http://172.17.0.1:8100"
     if parts.query or parts.fragment or parts.username:
-        raise EnvError(f"{name}={url!r} carries a query, fragment or credentials: give only scheme://host:port")
+        return f"{name}={url!r} carries a query, fragment or credentials: give only scheme://host:port"
+    return None
 
 
 @dataclass(frozen=True)
@@ -149,50 +169,71 @@ class Settings:
 
 
 def load(env: Mapping[str, str] | None = None) -> Settings:
-    read = Env(env)
+    """The settings, or EnvError listing every bad value at once, one line each (as the other services' readers)."""
+    settings, problems = read(env)
+    if problems:
+        raise EnvError(problems)
+    return settings
+
+
+def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
+    """The settings and every problem with them. A bad value reads as its default (or as unset), so the checks
+    that depend on it still run and each problem is found on the first start, not one per restart."""
+    read = Env(env, collect=True)
 
     def get(name: str, default=_UNSET):
         return read.get(FIELDS[name]) if default is _UNSET else read.get(FIELDS[name], default)
+
+    def refuse(line: str | None, value=None):
+        return read.refuse(line, value) if line else value
 
     provider = get("TUNNEL_PROVIDER")
     capture_port = get("CAPTURE_PORT")
     hostname = get("TUNNEL_HOSTNAME")
     if hostname.startswith(("http://", "https://")):
-        raise EnvError(
+        hostname = refuse(
             f"TUNNEL_HOSTNAME={hostname!r} must be a bare hostname (e.g. capture.example.com): "
-            "a named tunnel is always served as https://<hostname>"
+            "a named tunnel is always served as https://<hostname>",
+            "",
         )
     hostname = hostname.rstrip("/")
     if hostname and (why := _hostname_problem(hostname.split(":")[0])):
-        raise EnvError(f"TUNNEL_HOSTNAME={hostname!r} is not a hostname ({why}): e.g. capture.example.com")
+        hostname = refuse(f"TUNNEL_HOSTNAME={hostname!r} is not a hostname ({why}): e.g. capture.example.com", "")
     # Unset (not compose) means "not said"; compose's empty means "no token".
     named_flag = get("TUNNEL_NAMED", "") if "TUNNEL_NAMED" in read.env else None
     if provider == "cloudflared" and named_flag is not None:
-        if named_flag and not hostname:
-            raise EnvError(
+        if named_flag and not hostname and not read.env.get("TUNNEL_HOSTNAME", "").strip():
+            refuse(
                 "TUNNEL_TOKEN is set (named tunnel) but TUNNEL_HOSTNAME is empty: set TUNNEL_HOSTNAME "
                 "to the public hostname routed to this tunnel; it is the URL tunnel-check verifies"
             )
         if hostname and not named_flag:
-            raise EnvError(
+            refuse(
                 f"TUNNEL_HOSTNAME={hostname} is set but TUNNEL_TOKEN is empty: a quick tunnel gets a "
                 "random trycloudflare.com hostname; set TUNNEL_TOKEN for the named tunnel or unset "
                 "TUNNEL_HOSTNAME"
             )
     direct_url = get("DIRECT_URL")
     if provider == "direct":
-        if not direct_url:
-            raise EnvError(
+        if not direct_url and not read.env.get("DIRECT_URL", "").strip():
+            refuse(
                 "TUNNEL_PROVIDER=direct needs DIRECT_URL: the capture proxy's URL as the sandbox "
                 "reaches it (e.g. http://172.17.0.1:8100 for local docker sandboxes)"
             )
-        _check_url("DIRECT_URL", direct_url)
+        elif direct_url:
+            direct_url = refuse(_url_problem("DIRECT_URL", direct_url), direct_url)
     # Optional here (unset: no metrics discovery): a named tunnel or TUNNEL_LOG finds the URL without it.
     # compose passes the port it gives cloudflared's --metrics.
     metrics_port = get("TUNNEL_METRICS_PORT", None)
     tunnel_log = get("TUNNEL_LOG")
-    if provider == "cloudflared" and not hostname and metrics_port is None and not tunnel_log:
-        raise EnvError(
+    if (
+        provider == "cloudflared"
+        and not hostname
+        and metrics_port is None
+        and not tunnel_log
+        and not read.env.get("TUNNEL_METRICS_PORT", "").strip()
+    ):
+        refuse(
             "a quick tunnel's URL is found through TUNNEL_METRICS_PORT (cloudflared --metrics) or "
             "TUNNEL_LOG (cloudflared --logfile); set at least one"
         )
@@ -200,21 +241,27 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     failures = get("TUNNEL_CHECK_FAILURES_TO_WITHDRAW")
     timeout = get("TUNNEL_CHECK_TIMEOUT_S", min(FIELDS["TUNNEL_CHECK_TIMEOUT_S"].default, interval * 0.8))
     if timeout >= interval:
-        raise EnvError(
+        refuse(
             f"TUNNEL_CHECK_TIMEOUT_S={timeout:g} must be below TUNNEL_CHECK_INTERVAL_S={interval:g}: "
             "checks run on a fixed schedule and one must end before the next starts, or the "
             "withdraw bound no longer holds"
         )
+        timeout = interval * 0.8
+    elif interval * failures + timeout > MAX_WITHDRAW_BOUND_S:
+        refuse(
+            f"TUNNEL_CHECK_INTERVAL_S={interval:g} x TUNNEL_CHECK_FAILURES_TO_WITHDRAW={failures} + "
+            f"TUNNEL_CHECK_TIMEOUT_S={timeout:g} = {interval * failures + timeout:g} s: a URL that stops serving "
+            f"would stay published that long, and every rollout started meanwhile fails; keep it at most "
+            f"{MAX_WITHDRAW_BOUND_S:g} s (the defaults give 28 s)"
+        )
     capture_host = get("CAPTURE_HOST")
-    _check_url("CAPTURE_HOST", f"http://{url_host(capture_host)}:{capture_port}")
+    refuse(_url_problem("CAPTURE_HOST", f"http://{url_host(capture_host)}:{capture_port}"))
     gradio_server = get("GRADIO_SHARE_SERVER")
     if gradio_server:
         host, _, port = gradio_server.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536 or _hostname_problem(host):
-            raise EnvError(
-                f"GRADIO_SHARE_SERVER={gradio_server!r} is not host:port (your frps), e.g. frps.example.com:7000"
-            )
-    return Settings(
+            refuse(f"GRADIO_SHARE_SERVER={gradio_server!r} is not host:port (your frps), e.g. frps.example.com:7000")
+    settings = Settings(
         provider=provider,
         capture_host=capture_host,
         capture_port=capture_port,
@@ -229,3 +276,4 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         timeout_s=timeout,
         handoff_dir=get("HANDOFF_DIR"),
     )
+    return settings, read.problems

@@ -90,9 +90,15 @@ def test_the_charts_bounds_are_the_fields():
     config = schema["properties"]["config"]["properties"]
     bounded = {name: spec for name, spec in config.items() if "maximum" in spec and name in FIELDS}
     assert {"CAPTURE_MAX_BODY_MB", "CAPTURE_MAX_CONCURRENT"} <= set(bounded)
+    # Both ways: a field's maximum is the schema's wherever the chart takes the setting.
+    assert {n for n in config if n in FIELDS and FIELDS[n].maximum is not None} <= set(bounded)
     for name, spec in bounded.items():
         field = FIELDS[name]
         if field.kind == "port":
             assert (spec["minimum"], spec["maximum"]) == (1, 65535), name
-        else:
-            assert (spec.get("minimum"), spec["maximum"]) == (field.minimum, field.maximum), name
+            continue
+        assert spec["maximum"] == field.maximum, name
+        # A value the chart also takes as a string (1e-6) has no numeric minimum there; where one is stated, it is
+        # the field's, or stricter than a field's strict lower bound (an integer schema's 1 for "above 0").
+        if "minimum" in spec:
+            assert spec["minimum"] == field.minimum if field.above is None else spec["minimum"] > field.above, name

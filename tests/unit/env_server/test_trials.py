@@ -74,3 +74,50 @@ def test_the_settings_and_their_bounds():
     with pytest.raises(EnvError) as exc:
         Settings.from_env({"TRIALS_MAX_GB": "-1"})
     assert str(exc.value).startswith("TRIALS_MAX_GB=")
+
+
+# --- the disk must keep what TRIALS_MAX_GB promises ------------------------------------------------------------
+GB = 1024**3
+
+
+def test_space_problem_counts_what_finished_folders_already_hold():
+    from env_server.trials import space_problem
+
+    assert space_problem("/t", 10, free_bytes=10 * GB) is None
+    assert space_problem("/t", 10, free_bytes=4 * GB, held_bytes=6 * GB) is None  # retention keeps them within 10
+    assert space_problem("/t", 0, free_bytes=0) is None  # no size cap: nothing promised
+    assert space_problem("/t", 10, free_bytes=3 * GB, held_bytes=int(0.5 * GB)) == (
+        "TRIALS_MAX_GB=10 lets trial folders grow to 10 GB in /t, but only 3.0 GB is free there, with 0.5 GB already "
+        "held by finished trial folders: free space on that disk, lower TRIALS_MAX_GB to at most 3.5, or set "
+        "TRIALS_DIR to a folder on a larger disk"
+    )
+    assert space_problem("/t", 10, free_bytes=0) == (
+        "TRIALS_MAX_GB=10 lets trial folders grow to 10 GB in /t, but only 0.0 GB is free there: free space on that "
+        "disk, or set TRIALS_DIR to a folder on a larger disk"
+    )
+
+
+def test_the_env_server_refuses_at_start_after_pruning(tmp_path):
+    """trials.begin (server.py's start): prune first, so what retention is about to remove is not counted, then the
+    disk; a refusal is one EnvError line (server.py prints it as `env-server: cannot start: ...`)."""
+    from env_server import trials
+
+    for i in range(3):
+        make(tmp_path, f"{PREFIX}-task-{i}", finished=True, mtime=1000 + i, size=1000)
+    asked = []
+
+    def free(where):
+        asked.append(where)
+        return 2 * GB
+
+    with pytest.raises(EnvError) as err:
+        trials.begin(str(tmp_path), PREFIX, keep=2, max_gb=3, say=lambda _: None, free_bytes=free)
+    assert asked == [str(tmp_path)]
+    assert names(tmp_path) == [f"{PREFIX}-task-1", f"{PREFIX}-task-2"]  # pruned to TRIALS_KEEP before measuring
+    assert err.value.problems == [
+        f"TRIALS_MAX_GB=3 lets trial folders grow to 3 GB in {tmp_path}, but only 2.0 GB is free there, with 0.0 GB "
+        "already held by finished trial folders: free space on that disk, lower TRIALS_MAX_GB to at most 2.0, or set "
+        "TRIALS_DIR to a folder on a larger disk"
+    ]
+    retention = trials.begin(str(tmp_path), PREFIX, keep=2, max_gb=2, say=lambda _: None, free_bytes=free)
+    assert retention.held_bytes == 2 * 1000 + 2 * len("{}")

@@ -159,3 +159,31 @@ def test_ports_held_by_strangers_are_one_line_each(tmp_path):
         f"stop what holds it (`ss -ltnp 'sport = :{env[name]}'`) or set {name} to a free port"
         for name, service in (("ENGINE_PORT", "engine"), ("CAPTURE_PORT", "env-server"))
     ]
+
+
+def test_every_bad_tunnel_check_setting_is_its_own_line(tmp_path):
+    """tunnel-check's reader no longer stops at its first bad value: preflight lists all of them."""
+    found = lines(
+        tmp_path,
+        TUNNEL_CHECK_INTERVAL_S="5",
+        TUNNEL_CHECK_TIMEOUT_S="5",
+        TUNNEL_CHECK_FAILURES_TO_WITHDRAW="many",
+        TUNNEL_HOSTNAME="capture_.example.com",
+    )
+    assert found == [
+        (
+            "tunnel-settings",
+            "TUNNEL_HOSTNAME='capture_.example.com' is not a hostname ('capture_' is not a valid hostname label): "
+            "e.g. capture.example.com",
+        ),
+        (
+            "tunnel-settings",
+            "TUNNEL_CHECK_FAILURES_TO_WITHDRAW='many' is not a whole number: set TUNNEL_CHECK_FAILURES_TO_WITHDRAW to "
+            "an integer (default 2)",
+        ),
+        (
+            "tunnel-settings",
+            "TUNNEL_CHECK_TIMEOUT_S=5 must be below TUNNEL_CHECK_INTERVAL_S=5: checks run on a fixed schedule and one "
+            "must end before the next starts, or the withdraw bound no longer holds",
+        ),
+    ]

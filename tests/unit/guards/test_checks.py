@@ -40,6 +40,10 @@ def good_env(tmp_path, **over):
         "MIN_FREE_DISK_GB": "0",
         "AGENT_STEP_LIMIT": "12",
         "WEIGHT_TRANSFER": "nccl",
+        # The trials folder's disk is checked for TRIALS_MAX_GB (guards trials-disk): a folder of the test's own,
+        # and a cap any machine that runs the tests has free.
+        "TRIALS_DIR": str(tmp_path / "trials"),
+        "TRIALS_MAX_GB": "1",
     }
     for name, port in zip(DEFAULT_PORTS, free_ports(4), strict=True):
         env[name] = str(port)

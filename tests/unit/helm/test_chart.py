@@ -182,6 +182,17 @@ def test_an_explicit_run_name_is_kept_verbatim(render_chart, values):
         ),
         ({"config": {"ENGINE_PORT": 8100}}, helm.HelmRenderError, "must all differ"),
         ({"config": {"TUNNEL_CHECK_TIMEOUT_S": 12}}, helm.HelmRenderError, "TUNNEL_CHECK_TIMEOUT_S=12 must be below"),
+        (
+            {"config": {"TRIALS_MAX_GB": 20}},
+            helm.HelmRenderError,
+            "config.TRIALS_MAX_GB=20 must be below envServer.trialsSize=20Gi (20.0 GiB, the trials emptyDir's "
+            "sizeLimit), or the kubelet evicts the env server",
+        ),
+        (
+            {"config": {"TRIALS_MAX_GB": 9.5}, "envServer": {"trialsSize": "10G"}},
+            helm.HelmRenderError,
+            "config.TRIALS_MAX_GB=9.5 must be below envServer.trialsSize=10G (9.3 GiB,",
+        ),
     ],
 )
 def test_a_wrong_value_fails_rendering_with_a_clear_message(render_chart, values, override, error, message):
@@ -250,3 +261,15 @@ def test_every_shape_validates_strictly_and_lints(render_chart, values, shape):
         kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
     report = helm.lint(str(CHART), values(SHAPES[shape]), strict=True, kube_version=f"v{KUBE_VERSION}")
     assert report["errors"] == [], report
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"config": {"TRIALS_MAX_GB": 0}},  # no size cap: TRIALS_KEEP alone bounds the folders
+        {"config": {"TRIALS_MAX_GB": 0.4}, "envServer": {"trialsSize": "500Mi"}},
+        {"config": {"TRIALS_MAX_GB": 1000}, "envServer": {"trialsSize": "1.5Ti"}},
+    ],
+)
+def test_a_trials_cap_below_the_folders_size_renders(render_chart, values, override):
+    assert render_chart(values(override))

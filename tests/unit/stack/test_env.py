@@ -51,6 +51,28 @@ def test_number():
     )
 
 
+def test_a_fix_for_each_end_of_the_range():
+    """`fix` speaks of the lower end (why 0 is wrong); `fix_above` of the upper one, so neither line says the
+    other's reason. Without `fix_above` the upper line falls back to `fix`, as before."""
+    limit = Field(
+        "LIMIT", "integer", 12, "calls", fix="set a positive number", minimum=1, maximum=1000, fix_above="at most 1000"
+    )
+    assert refused({"LIMIT": "0"}, limit.read) == "LIMIT='0' is below 1: set a positive number (default 12)"
+    assert refused({"LIMIT": "1001"}, limit.read) == "LIMIT='1001' is above 1000: at most 1000 (default 12)"
+    rate = Field("RATE", "number", 0.5, "a rate", fix="set it in (0, 1]", above=0, maximum=1)
+    assert refused({"RATE": "2"}, rate.read) == "RATE='2' is above 1: set it in (0, 1] (default 0.5)"
+
+
+def test_large_bounds_are_printed_whole():
+    """:g printed a bound of a million as 1e+06, a step count no operator writes."""
+    assert refused({"N": "2000000"}, lambda r: r.integer("N", 5, maximum=1_000_000)) == (
+        "N='2000000' is above 1000000: set N to at most 1000000 (default 5)"
+    )
+    assert refused({"X": "0.5"}, lambda r: r.number("X", 1e-6, maximum=0.01)) == (
+        "X='0.5' is above 0.01: set X to at most 0.01 (default 1e-06)"
+    )
+
+
 def test_flag():
     assert Env({"F": "no"}).flag("F", True) is False and Env({"F": "ON"}).flag("F", False) is True
     assert refused({"F": "maybe"}, lambda r: r.flag("F", True)) == (

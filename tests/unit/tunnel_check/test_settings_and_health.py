@@ -102,3 +102,50 @@ def test_the_monitor_writes_valid_until_from_its_own_schedule(tmp_path):
     monitor.apply(probe.Verdict(True, "", "ok", "https://a.example", "abc"))
     doc = json.loads((tmp_path / HANDOFF_FILE).read_text())
     assert doc["valid_until"] - doc["verified_at"] == pytest.approx(3 * 2 + 2 + 1)
+
+
+def test_every_bad_value_is_reported_at_once():
+    """Like the other services' readers: each bad value its own line, on the first start, instead of one line per
+    restart (the reader stopped at the first one)."""
+    with pytest.raises(EnvError) as err:
+        load(
+            TUNNEL_PROVIDER="direct",
+            DIRECT_URL="http://u:p@172.17.0.1:8100",
+            TUNNEL_CHECK_INTERVAL_S="ten",
+            TUNNEL_CHECK_FAILURES_TO_WITHDRAW="0",
+            GRADIO_SHARE_SERVER="frps.example.com",
+            CAPTURE_HOST="local_host!",
+        )
+    assert err.value.problems == [
+        "DIRECT_URL='http://u:p@172.17.0.1:8100' carries a query, fragment or credentials: give only scheme://host:port",
+        "TUNNEL_CHECK_INTERVAL_S='ten' is not a number: set TUNNEL_CHECK_INTERVAL_S to a number (default 10.0)",
+        "TUNNEL_CHECK_FAILURES_TO_WITHDRAW='0' is below 1: set TUNNEL_CHECK_FAILURES_TO_WITHDRAW to at least 1 "
+        "(default 2)",
+        "CAPTURE_HOST='http://local_host!:8100' is not a usable URL ('local_host!' is not a valid hostname label): "
+        "e.g. http://172.17.0.1:8100",
+        "GRADIO_SHARE_SERVER='frps.example.com' is not host:port (your frps), e.g. frps.example.com:7000",
+    ]
+
+
+def test_a_refused_value_does_not_also_read_as_missing():
+    """A DIRECT_URL, TUNNEL_HOSTNAME or TUNNEL_METRICS_PORT refused as malformed is that one line, not also
+    'needs DIRECT_URL' / 'TUNNEL_HOSTNAME is empty' / 'set at least one'."""
+    for env, line in [
+        (
+            {"TUNNEL_PROVIDER": "direct", "DIRECT_URL": "172.17.0.1:8100"},
+            "DIRECT_URL='172.17.0.1:8100' is not an http(s) URL: set DIRECT_URL with its scheme, e.g. "
+            "http://172.17.0.1:8100 (https:// for E2B sandboxes)",
+        ),
+        (
+            {"TUNNEL_NAMED": "1", "TUNNEL_HOSTNAME": "https://capture.example.com"},
+            "TUNNEL_HOSTNAME='https://capture.example.com' must be a bare hostname (e.g. capture.example.com): a named "
+            "tunnel is always served as https://<hostname>",
+        ),
+        (
+            {"TUNNEL_METRICS_PORT": "metrics"},
+            "TUNNEL_METRICS_PORT='metrics' is not a TCP port: set TUNNEL_METRICS_PORT to a number in 1-65535",
+        ),
+    ]:
+        with pytest.raises(EnvError) as err:
+            load(**env)
+        assert err.value.problems == [line]

@@ -132,6 +132,16 @@ prints the name the ConfigMap holds: a second evaluation would draw a new stamp 
 {{- if ge (int $c.ENV_SERVER_SHUTDOWN_GRACE_S) (int .Values.envServer.terminationGracePeriodSeconds) -}}
 {{- fail (printf "config.ENV_SERVER_SHUTDOWN_GRACE_S=%v must be below envServer.terminationGracePeriodSeconds=%v, or the kubelet kills the env server before its sandboxes are closed" $c.ENV_SERVER_SHUTDOWN_GRACE_S .Values.envServer.terminationGracePeriodSeconds) -}}
 {{- end -}}
+{{- /* The trials folder is an emptyDir of envServer.trialsSize: a TRIALS_MAX_GB (GiB, env_server/trials.py) at or
+past it is a cap retention never reaches before the kubelet evicts the pod. Units per GiB, as Kubernetes reads a
+quantity (schema: the pattern of trialsSize). */ -}}
+{{- $trialsSize := toString .Values.envServer.trialsSize -}}
+{{- $trialsNumber := regexFind "^[0-9]+(\\.[0-9]+)?" $trialsSize -}}
+{{- $perGiB := dict "Ki" 0.00000095367431640625 "Mi" 0.0009765625 "Gi" 1.0 "Ti" 1024.0 "Pi" 1048576.0 "Ei" 1073741824.0 "k" 0.000000931322574615479 "M" 0.000931322574615479 "G" 0.931322574615479 "T" 931.322574615479 "P" 931322.574615479 "E" 931322574.615479 -}}
+{{- $trialsGiB := mulf (float64 $trialsNumber) (get $perGiB (trimPrefix $trialsNumber $trialsSize)) -}}
+{{- if ge (float64 $c.TRIALS_MAX_GB) $trialsGiB -}}
+{{- fail (printf "config.TRIALS_MAX_GB=%v must be below envServer.trialsSize=%s (%.1f GiB, the trials emptyDir's sizeLimit), or the kubelet evicts the env server before retention holds the folders to the cap: lower TRIALS_MAX_GB or raise envServer.trialsSize" (toString $c.TRIALS_MAX_GB) $trialsSize $trialsGiB) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -160,7 +170,11 @@ trainer's own reader), the trainer gets both. `.gpus`: the GPUs this pod must se
 {{- define "agh.trainEnv" -}}
 {{- $name := include "agh.name" .root -}}
 {{- $c := .root.Values.config -}}
+<<<<<<< HEAD
 {{ include "agh.configEnv" (dict "root" .root "names" (list "HARNESS" "AGENT_TIMEOUT_S" "REWARD_KEY" "TOOL_EFFICIENCY_BONUS" "MAX_STEPS" "NUM_GENERATIONS" "MAX_INFLIGHT_ROLLOUTS" "LEARNING_RATE" "TEMPERATURE" "TOKEN_BUDGET" "ENGINE_MAX_MODEL_LEN" "TRAINER_COMPILE_LAYERS" "PER_DEVICE_TRAIN_BATCH_SIZE" "GRADIENT_ACCUMULATION_STEPS" "TRAIN_DTYPE" "SAVE_STEPS" "SAVE_TOTAL_LIMIT" "REPORT_TO" "EVAL_STEPS" "EVAL_DATASETS" "EVAL_ATTEMPTS" "EVAL_PASS_K" "EVAL_TEMPERATURE" "EVAL_TOP_P" "EVAL_MAX_TASKS" "EVAL_CONCURRENCY" "EVAL_BASELINE" "SCREENED_TASKS" "TRACKIO_SPACE_ID" "WANDB_PROJECT" "STOP_FORKING_FRAC" "STOP_UNSCORABLE_FRAC" "STOP_ZERO_SPREAD_FRAC" "STOP_STALE_FRAC" "STOP_MISMATCH_KL" "MAX_STALENESS" "STOP_WINDOW_STEPS" "TRAINER_STALE_S" "HUB_MODEL_ID" "HUB_PUSH_CHECKPOINTS" "HUB_PRIVATE" "HUB_PUSH_ATTEMPTS" "HUB_RETRY_S" "HUB_FINAL_WAIT_S" "HF_ENDPOINT")) | trim }}
+=======
+{{ include "agh.configEnv" (dict "root" .root "names" (list "HARNESS" "AGENT_TIMEOUT_S" "REWARD_KEY" "TOOL_EFFICIENCY_BONUS" "MAX_STEPS" "NUM_GENERATIONS" "MAX_INFLIGHT_ROLLOUTS" "LEARNING_RATE" "TEMPERATURE" "TOKEN_BUDGET" "ENGINE_MAX_MODEL_LEN" "TRAINER_COMPILE_LAYERS" "PER_DEVICE_TRAIN_BATCH_SIZE" "GRADIENT_ACCUMULATION_STEPS" "TRAIN_DTYPE" "WEIGHT_SYNC_TIMEOUT_S" "SAVE_STEPS" "SAVE_TOTAL_LIMIT" "REPORT_TO" "EVAL_STEPS" "EVAL_DATASETS" "EVAL_ATTEMPTS" "EVAL_PASS_K" "EVAL_TEMPERATURE" "EVAL_TOP_P" "EVAL_MAX_TASKS" "EVAL_CONCURRENCY" "EVAL_BASELINE" "SCREENED_TASKS" "TRACKIO_SPACE_ID" "WANDB_PROJECT" "STOP_FORKING_FRAC" "STOP_UNSCORABLE_FRAC" "STOP_ZERO_SPREAD_FRAC" "STOP_STALE_FRAC" "MAX_STALENESS" "STOP_WINDOW_STEPS" "TRAINER_STALE_S" "HUB_MODEL_ID" "HUB_PUSH_CHECKPOINTS" "HUB_PRIVATE" "HUB_PUSH_ATTEMPTS" "HUB_RETRY_S" "HUB_FINAL_WAIT_S" "HF_ENDPOINT")) | trim }}
+>>>>>>> bounds
 - name: ENGINE_URL
   value: "http://{{ $name }}-engine:{{ $c.ENGINE_PORT }}"
 - name: ENV_SERVER_URL
