@@ -406,6 +406,12 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
 
     @app.post("/pause")
     def pause(mode: str = "keep"):
+        if "hold_pause" in app.state.faults:
+            # A push held open (faults.py): said once, so a test knows the push is in progress.
+            print("mock_engine: fault hold_pause: holding POST /pause open", flush=True)
+            held = time.monotonic() + faults_mod.HOLD_PAUSE_S
+            while "hold_pause" in app.state.faults and time.monotonic() < held:
+                time.sleep(0.1)
         lm.running.clear()
         return {"status": "paused", "mode": mode}
 

@@ -20,11 +20,17 @@ FAULTS = {
     "history by turn count): no turn extends the last, every multi-turn rollout forks",
     "weights_not_served": "weight updates are acknowledged and counted (the served version moves) but the old "
     "weights keep serving: the learning gate's control (tests/learning), which no handshake can see",
+    "hold_pause": "`POST /pause` (a weight push's first call) holds its answer until the fault is switched off, at "
+    "most HOLD_PAUSE_S: a push that stays open, so a test can kill the engine during one (tests/faults)",
     "turn_end_other": "a reply the model samples itself ends on the model's other stop token (<|endoftext|>) "
     "where it would close the turn with the chat template's (<|im_end|>): the turn ends there when the stop set "
     "(TURN_END_TOKENS) holds that token, and the rollout forks; otherwise the token is content and the turn ends "
     "on the template's token right after it",
 }
+
+
+# The longest `hold_pause` holds a push open: past any test's wait, below TRL's own 300 s on pause.
+HOLD_PAUSE_S = 240.0
 
 
 class FaultError(ValueError):

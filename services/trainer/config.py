@@ -110,7 +110,7 @@ class Settings:
     # TRL's max_staleness; None: derived from the batch shape (trainer/staleness.py)
     max_staleness: int | None = None
     # TRL's weight_sync_timeout (and the mock backend's per-call timeout): a push that outlasts it means the engine
-    # is gone or hung (trainer/rejoin.py waits it out).
+    # is gone or hung (trainer/engine_gone.py stops the run with a checkpoint).
     weight_sync_timeout_s: int = 300
     engine_max_model_len: int = 32768
     # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB

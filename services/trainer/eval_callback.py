@@ -23,6 +23,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from .engine_gone import EngineGone
 from .evaluate import evaluate, headline, write_report
 
 
@@ -81,6 +82,8 @@ class PeriodicEval(TrainerCallback):
         t0 = time.monotonic()
         try:
             doc = evaluate(self.runner, self.rows, self.s, label=f"step {step}")
+        except EngineGone:
+            raise  # the run stops with this step saved (trainer/engine_gone.py), not this evaluation
         except Exception as exc:  # noqa: BLE001 - an evaluation never stops training
             self.status.update(eval_state=f"step {step} failed: {type(exc).__name__}: {exc}"[:500])
             print(f"eval: step {step} FAILED: {type(exc).__name__}: {exc}", flush=True)

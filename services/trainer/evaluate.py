@@ -28,6 +28,7 @@ from typing import Any
 
 from stack import atomic
 
+from .engine_gone import EngineGone
 from .factory import TaskRef, task_ref_from_prompt
 from .passk import suite_pass_at_k
 from .reward import CORRECT_AT, base_reward
@@ -111,6 +112,8 @@ def run_attempts(
             return Attempt(
                 ref.split, ref.index, task_id, n, reward, error.strip()[:300], result.n_turns, time.monotonic() - t0
             )
+        except EngineGone:
+            raise  # not this attempt's fault: the run stops (trainer/engine_gone.py)
         except Exception as exc:  # noqa: BLE001 - one broken rollout is one unscorable attempt
             return Attempt(
                 ref.split, ref.index, task_id, n, None, f"{type(exc).__name__}: {exc}"[:300], 0, time.monotonic() - t0

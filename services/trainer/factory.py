@@ -12,6 +12,7 @@ task: the comparison GRPO needs.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,10 @@ class EnvServerRunner:
     agent_timeout_s: float
     reward_key: str = ""
     status_path: str = ""  # where a wait for the env server is reported (trainer/waiting.py)
+    # The main process's rollouts (warm-up, evaluation) check that the engine still answers at each wait, and
+    # stop the run when it is gone (trainer/engine_gone.py). None: wait as long as it takes. That is the rollout
+    # worker's copy, whose waits the trainer's own check_health bounds instead.
+    engine_watch: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def task_rows(self) -> list[dict[str, Any]]:
         backoff = Backoff(self.status_path)
@@ -106,35 +111,46 @@ class EnvServerRunner:
         """One rollout; while the env server refuses to start it, or cannot be reached, wait and retry."""
         return self._waiting(lambda: self._run_once(ref, sampling))
 
-    def _waiting(self, call) -> HarborRolloutResult:
+    def watching(self, engine_watch) -> EnvServerRunner:
+        """This runner, its waits bounded by `engine_watch.check` (an engine_gone.HealthWatch)."""
+        return dataclasses.replace(self, engine_watch=engine_watch)
+
+    def _waiting(self, call, what: str = "rollouts") -> HarborRolloutResult:
         """`call()` (one rollout) until the env server takes it and answers. A connection lost while the
         rollout ran is waited out like an unreachable server, and the rollout runs again: the server that
         ran it is gone with its capture session (its sandbox is reaped when it starts again), so nothing of
         it was scored, and running it again is one more sample of the same policy."""
         backoff = Backoff(self.status_path)
+
+        def wait(reason: str) -> None:
+            if self.engine_watch is not None:
+                # An engine gone for engine_gone.GONE_AFTER_S stops the run (raises EngineGone) instead of waiting.
+                self.engine_watch.check(waiting_for=what)
+            backoff.wait(reason)
+
         while True:
             # Asked first, over plain HTTP: with the env server gone, OpenEnv's client fails inside its own
             # cleanup (measured: httpx.ConnectError, then "TypeError: object NoneType can't be used in
             # 'await' expression"), which would make every rollout an instant unscorable one.
             down = self._unreachable()
             if down:
-                backoff.wait(f"env server {self.env_server_url} unreachable ({down}); is env-server up?")
+                wait(f"env server {self.env_server_url} unreachable ({down}); is env-server up?")
                 continue
             try:
                 result = call()
             except TimeoutError:
                 raise
             except websockets.exceptions.ConnectionClosed as exc:
-                backoff.wait(
+                wait(
                     f"connection to the env server {self.env_server_url} lost during the rollout ({_named(exc)}); "
                     "it runs again once the env server answers"
                 )
                 continue
             except TRANSPORT_ERRORS as exc:  # before the rollout started, or a socket error on the way
-                backoff.wait(f"env server {self.env_server_url} unreachable ({_named(exc)})")
+                wait(f"env server {self.env_server_url} unreachable ({_named(exc)})")
                 continue
             if is_refusal(result):
-                backoff.wait(f"env server refused: {result.error}")
+                wait(f"env server refused: {result.error}")
                 continue
             backoff.done()
             return result
@@ -164,7 +180,7 @@ class EnvServerRunner:
 
     def evaluate(self, ref: TaskRef, eval_sampling: dict) -> HarborRolloutResult:
         """One EVAL rollout (`_evaluate_once`), waiting out an env server that is away as `run` does."""
-        return self._waiting(lambda: self._evaluate_once(ref, eval_sampling))
+        return self._waiting(lambda: self._evaluate_once(ref, eval_sampling), "evaluation rollouts")
 
     def _evaluate_once(self, ref: TaskRef, eval_sampling: dict) -> HarborRolloutResult:
         """One EVAL rollout: same env server, sandbox and capture proxy as training, but OpenEnv's eval

@@ -21,8 +21,9 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
-from . import healthcheck, hooks, mismatch, precision, reporting, staleness, stop, weights
+from . import engine_gone, healthcheck, hooks, mismatch, precision, reporting, staleness, stop, weights
 from .config import Settings
+from .engine_gone import EngineGone, HealthWatch
 from .factory import HarborSessionFactory, runner_from_settings
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .reward import HarborReward
@@ -130,6 +131,8 @@ def run(s: Settings, runner=None, rules: StopRules | None = None) -> None:
         # Before the training loop: no step to save. Not a failure: the operator stopped it.
         status.update(state="stopped", reason=str(exc))
         print(f"trainer: stopped ({exc}); nothing to save yet", flush=True)
+    except EngineGone as gone:
+        engine_gone.stop_run(gone, status, s, resume, os.environ)  # status, the one line, SystemExit(4)
     except BaseException as exc:
         status.update(state="failed", error=f"{type(exc).__name__}: {exc}"[:2000])
         raise
@@ -158,9 +161,13 @@ def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> 
     # The warm-up rollout is HTTP waiting; meanwhile this thread imports TRL and spawns the rollout child
     # (tens of seconds each on 2 cores, measured in the CPU form). The model is loaded only once the
     # warm-up passed: a bad sandbox or an engine without token ids still stops the run before that.
-    warm = _in_background(warm_up, runner, rows, s)
+    # One watch of the engine for the main process: the warm-up and evaluation waits, and the rollout worker's
+    # check_health while training waits for rollouts (trainer/engine_gone.py).
+    watch = HealthWatch(s.engine_url)
+    here = runner.watching(watch) if hasattr(runner, "watching") else runner
+    warm = _in_background(warm_up, here, rows, s)
     try:
-        config, tokenizer, worker = _prepare(s, rows, runner, report_to, report_args)
+        config, tokenizer, worker = _prepare(s, rows, runner, report_to, report_args, watch)
     except stop.StopRequested:
         raise
     except Exception:
@@ -168,7 +175,7 @@ def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> 
         raise
     try:
         warm.result()
-        _fit(s, runner, status, resume, rules, rows, all_rows, config, tokenizer, worker)
+        _fit(s, here, status, resume, rules, rows, all_rows, config, tokenizer, worker)
     finally:
         # Idempotent: TRL stopped it if training ran; otherwise the child spawned early leaves at its gate,
         # having started no rollout.
@@ -192,10 +199,9 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
         callbacks=[StatusCallback(status), stop.StopCallback(), rules.callback()],
     )
     if trainer.weight_transfer is not None:
-        # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag).
-        # A lost engine is re-joined with the weights TRL's own `_streaming_iter` yields: what
-        # `_sync_weight_merged` sends (read at 1.16.0).
-        trainer.weight_transfer, served = weights.chain(trainer.weight_transfer, trainer._streaming_iter, s, os.environ)
+        # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag): the first
+        # sync reported, what the engine serves checked, a lost engine stopping the run (weights.chain).
+        trainer.weight_transfer, served, _ = weights.chain(trainer.weight_transfer, s, os.environ)
         trainer.callback_handler.callbacks.insert(0, served.callback())
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
@@ -221,6 +227,13 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
         print(
             f"trainer: stopped at step {step} ({exc}); saved {saved if step else 'nothing (no step yet)'}", flush=True
         )
+    except EngineGone as gone:
+        # Raised in the push after step N or while step N+1's rollouts were awaited: either way the model holds
+        # step N's weights. Saved as a SIGTERM saves it (stop.save_now, which keeps a checkpoint already there);
+        # run() writes the status and the line.
+        gone.step = trainer.state.global_step
+        gone.saved = stop.save_now(trainer) if gone.step else None
+        raise
     if stop.requested():
         print(f"trainer: resume this run with RUN_NAME={s.run_name}", flush=True)
 
@@ -259,7 +272,7 @@ def trl_config(s: Settings, report_to, report_args: dict, cpu: bool):
     )
 
 
-def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args):
+def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args, engine_watch=None):
     """TRL's config, the tokenizer and the rollout worker, its child spawned (held at its gate)."""
     from transformers import AutoTokenizer
 
@@ -276,6 +289,7 @@ def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args):
     tokenizer = _loop_owning_tokenizer(tokenizer)
     worker = HarborRolloutWorker(
         cpu_form=s.weight_transfer == "mock",
+        engine_watch=engine_watch,
         harness_session_factory=functools.partial(HarborSessionFactory, runner=runner, reward_key=s.reward_key),
         rollout_reward_fn=HarborReward(s.tool_efficiency_bonus, s.agent_step_limit),
         model_name=s.model,

@@ -55,18 +55,8 @@ class Backoff:
 
     `sleep` and `clock` are injectable so the schedule is tested without waiting."""
 
-    def __init__(
-        self,
-        status_path: str = "",
-        sleep=time.sleep,
-        clock=time.monotonic,
-        log=print,
-        waiting: str = "rollouts refused",
-        over: str = "rollouts accepted again",
-    ):
+    def __init__(self, status_path: str = "", sleep=time.sleep, clock=time.monotonic, log=print):
         self.status_path = status_path
-        # The log lines' words: what is waited for (the env server's rollouts, or the engine: trainer/rejoin.py).
-        self.waiting, self.over = waiting, over
         self.sleep = sleep
         self.clock = clock
         self.log = log
@@ -81,7 +71,7 @@ class Backoff:
             self.since = now
         waited = now - self.since
         if reason != self.reason:
-            self.log(f"trainer: {self.waiting}, waiting (retry in {self.delay:g}s): {reason}", flush=True)
+            self.log(f"trainer: rollouts refused, waiting (retry in {self.delay:g}s): {reason}", flush=True)
         self.reason = reason
         _patch_status(
             self.status_path,
@@ -97,7 +87,7 @@ class Backoff:
         if self.since is None:
             return
         waited = self.clock() - self.since
-        self.log(f"trainer: {self.over} after {waited:.0f}s of waiting", flush=True)
+        self.log(f"trainer: rollouts accepted again after {waited:.0f}s of refusals", flush=True)
         _patch_status(self.status_path, {"state": "training", "reason": None, "waiting_since_s": None})
         self.since = None
         self.delay = FIRST_DELAY_S

@@ -14,7 +14,8 @@ not land is a logged figure (`weights/engine_stale`), not a silent off-policy st
 
 Whichever backend, `FirstSync` wraps it: the first sync is where a wrong transport shows (every later
 sync repeats what worked), so it is timed and printed, and its failure becomes one line that names the
-transport setting instead of a TRL traceback ending in "unhandled cuda error".
+transport setting instead of a TRL traceback ending in "unhandled cuda error". A later push that loses the
+engine stops the run with a checkpoint (`PushWatch`, trainer/engine_gone.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import time
 from collections.abc import Callable, Mapping
 
 import httpx
+
+from .engine_gone import PushWatch
 
 logger = logging.getLogger(__name__)
 
@@ -152,26 +155,17 @@ class FirstSync:
         self.inner.destroy()
 
 
-def chain(backend, fresh_weights: Callable, s, env: Mapping[str, str]) -> tuple[FirstSync, ServedVersion]:
-    """The backend as the trainer hands it to TRL: FirstSync(ServedVersion(Rejoin(backend))), and the ServedVersion.
+def chain(backend, s, env: Mapping[str, str]) -> tuple[FirstSync, ServedVersion, PushWatch]:
+    """The backend as the trainer hands it to TRL: FirstSync(ServedVersion(PushWatch(backend))), and the two inner.
 
     - FirstSync, outermost: a failing first push is a transport to fix, one line and exit (never waited out);
-    - ServedVersion: what the engine serves after each of TRL's pushes, re-counted when the engine was replaced;
-    - Rejoin, innermost: an engine lost in a later push is waited for and re-joined (trainer/rejoin.py).
-    `s` is the trainer's Settings; `fresh_weights()` yields every weight to send, as TRL's own push does."""
-    from .rejoin import Rejoin
-
-    lost = Rejoin(
-        backend,
-        s.engine_url,
-        fresh_weights,
-        run_name=s.run_name,
-        timeout_s=s.weight_sync_timeout_s,
-        status_path=str(s.status_path),
-    )
-    served = ServedVersion(lost, s.engine_url)
-    lost.on_rejoin = served.rejoined
-    return FirstSync(served, s.weight_transfer, env), served
+    - ServedVersion: what the engine serves after each of TRL's pushes;
+    - PushWatch, innermost: an engine lost in a later push raises EngineGone, and the run stops with a
+      checkpoint (trainer/engine_gone.py).
+    `s` is the trainer's Settings."""
+    watch = PushWatch(backend, s.engine_url, timeout_s=s.weight_sync_timeout_s)
+    served = ServedVersion(watch, s.engine_url)
+    return FirstSync(served, s.weight_transfer, env), served, watch
 
 
 # --- which weights the engine serves after a push ---------------------------------------------------------------
@@ -222,10 +216,6 @@ class ServedVersion:
 
     def init_weight_transfer(self) -> None:
         self.inner.init_weight_transfer()
-
-    def rejoined(self) -> None:
-        """The engine was replaced (trainer/rejoin.py): its version counts from its own start, so count anew."""
-        self.pushes, self.base = 0, None
 
     def pause(self) -> None:
         self.inner.pause()

@@ -76,13 +76,15 @@ class HarborRolloutLoop(_HarnessRolloutLoop):
 class HarborRolloutWorker(HarnessRolloutWorker):
     _loop_cls = HarborRolloutLoop
 
-    def __init__(self, *, cpu_form: bool = False, **kwargs):
+    def __init__(self, *, cpu_form: bool = False, engine_watch=None, **kwargs):
         if cpu_form and importlib.util.find_spec("vllm") is None:
             # TRL's worker checks for vllm only as a proxy for "an engine is installed": its traffic is plain
             # HTTP (aiohttp) and this worker's rollouts go through the env server. The CPU form has no vllm
             # (it needs CUDA) and talks to the mock engine, so the check is answered for it, here only.
             async_rollout_worker.is_vllm_available = lambda *a, **k: True
         super().__init__(**kwargs)
+        # The main process's (never the child's: TRL pickles only the loop's kwargs), probed in check_health.
+        self.engine_watch = engine_watch
         self._gate: StartGate | None = None
         self._prestart: threading.Thread | None = None
         self._prestart_error: BaseException | None = None
@@ -138,6 +140,10 @@ class HarborRolloutWorker(HarnessRolloutWorker):
 
     def check_health(self, stale_after_s: float) -> None:
         # TRL calls this every 5 s while the trainer waits for rollouts: the safe point to stop at on
-        # SIGTERM (trainer/stop.py), since no weight has changed since the last step.
+        # SIGTERM (trainer/stop.py), since no weight has changed since the last step. And where an engine that
+        # died mid-step shows: the env server refuses every rollout meanwhile, the queue stays empty and nothing
+        # in TRL fails, so the engine's /health is asked here (trainer/engine_gone.py).
         stop.raise_if_requested()
+        if self.engine_watch is not None:
+            self.engine_watch.check()
         super().check_health(stale_after_s)

@@ -9,6 +9,9 @@ smoke test's driver (tests/smoke/compose_stack.py). The tests run in order on th
             rest of the stack up; the trainer waits meanwhile and says why)
          -> SIGTERM of the trainer: checkpoint, "stopped", resumes at the next step (0 lost)
          -> `kill -9` of the trainer: at most SAVE_STEPS lost -> retention keeps SAVE_TOTAL_LIMIT
+         -> the public capture port (junk, floods, a poisoned request from a sandbox; the run trains on)
+         -> the engine killed during a step, then during a weight push: each time the trainer exits 4 with the
+            step saved and one line, and `up -d engine` + `up -d trainer` resume it at the next step
 
 Real here: Docker Compose, every image, OpenEnv's capture proxy, Harbor docker sandboxes, tunnel-check,
 TRL's trainer. Stand-ins as in the smoke test (mock engine, tunnel stand-in, a folder for the bucket).
@@ -386,3 +389,98 @@ def test_a_poisoned_request_from_inside_a_sandbox_leaves_the_run_training(stack)
     stack.figures["poisoned request from a sandbox"] = (
         f"answered {answer.stdout.strip() or answer.stderr.strip()[-80:]}; 2 more steps trained"
     )
+
+
+# --- the engine gone: last, since each stops the run (it is resumed after each, as the stop line says) -----------
+ENGINE = f"http://127.0.0.1:{PORTS['ENGINE_PORT']}"
+ENGINE_GONE_EXIT = 4  # trainer/engine_gone.py EXIT_CODE
+# From the kill to the trainer's exit (trainer/engine_gone.py). Killed while the trainer computes a step: that step
+# (about a minute on CPU), then the push after it fails at once. Killed while it waits for rollouts: GONE_AFTER_S
+# (30 s) of /health probes, + TRL's 5 s poll + a 5 s probe. Then, either way, up to 20 s to stop the rollout
+# worker, and the save.
+ENGINE_GONE_BOUND_S = 180
+# Killed during a held-open push: the push fails at once, then the same 20 s and the save.
+PUSH_GONE_BOUND_S = 60
+GONE_LINE = re.compile(r"^trainer-\d+\s+\|\s+(trainer: the engine at \S+ is gone: .*)$", re.M)
+
+
+def gone_lines(stack) -> list[str]:
+    return GONE_LINE.findall(trainer_log(stack))
+
+
+def engine_log(stack) -> str:
+    return stack.compose("logs", "--no-color", "engine", check=False).stdout
+
+
+def stopped_then_resumed(stack, kill, bound_s: float) -> tuple[dict, str]:
+    """`kill()` the engine; the trainer must exit ENGINE_GONE_EXIT within `bound_s` with the step it trained saved,
+    status `stopped` and exactly one line; then the line's two commands resume it at the next step. Returns the
+    status at the stop and the figure."""
+    lines_before = len(gone_lines(stack))
+    kill()
+    t0 = time.time()
+    stack.wait_for("the trainer to exit", lambda: stack.state("trainer")[0] == "exited", bound_s, poll_s=1)
+    stopped_in = time.time() - t0
+    assert stack.state("trainer") == ("exited", ENGINE_GONE_EXIT), trainer_log(stack)[-3000:]
+    st = status(stack)
+    saved = checkpoints(stack)[-1]
+    stack.saves.update(checkpoints(stack))
+    assert (
+        json.loads((stack.run_dir / f"checkpoint-{saved}" / "trainer_state.json").read_text())["global_step"] == saved
+    )
+    assert (st["state"], st["step"], st["last_checkpoint"]) == ("stopped", saved, f"checkpoint-{saved}"), st
+    assert st["reason"].startswith(f"the engine at {ENGINE} is gone: "), st
+    # Step N's console line comes after its push, so a push that found the engine gone leaves N saved, N-1 logged.
+    last_logged = max(steps_logged(stack))
+    assert last_logged <= saved <= last_logged + 1, (last_logged, saved)
+    cpu = "scripts/compose -f compose.yaml -f compose.cpu.yaml"
+    assert gone_lines(stack)[lines_before:] == [
+        f"trainer: {st['reason']}. Stopped (exit 4); step {saved} is saved (checkpoint-{saved}). Compose does not "
+        f"restart the engine. To resume: `{cpu} up -d engine`, then `RUN_NAME={stack.run_dir.name} {cpu} up -d "
+        "trainer`"
+    ], gone_lines(stack)[lines_before:]
+
+    # The line's two steps (RUN_NAME is already in this stack's env file).
+    lines_at_stop = len(steps_logged(stack))
+    t1 = time.time()
+    stack.compose("up", "-d", "engine", timeout=600)
+    stack.wait_for("engine healthy", lambda: stack.health("engine") == "healthy", 300)
+    stack.compose("up", "-d", "trainer", timeout=600)
+    first = wait_for_step(stack, 1, since=lines_at_stop)
+    assert f"(resuming from checkpoint-{saved})" in trainer_log(stack)
+    assert steps_logged(stack)[lines_at_stop] == saved + 1, steps_logged(stack)[lines_at_stop:]
+    path = "in the push" if "weight push" in st["reason"] else "waiting for rollouts"
+    return st, (
+        f"exit 4 in {stopped_in:.0f} s ({path}), checkpoint-{saved}, {saved - last_logged} step(s) saved past the "
+        f"last logged, 0 lost; up -d engine + trainer -> step {first} in {time.time() - t1:.0f} s"
+    )
+
+
+def test_engine_killed_during_a_step_stops_the_trainer_with_the_step_saved_and_up_resumes_it(stack):
+    """Compose never restarts the engine: the trainer must not wait for it (nor hang on it). Killed while a
+    rollout is in flight: the env server refuses rollouts from then on, and the trainer notices either in the
+    push after the step it computes or by the engine's /health while it waits for rollouts."""
+    stack.wait_for("a sandbox in flight", lambda: sandboxes(stack), 300, poll_s=1)
+    _, figure = stopped_then_resumed(stack, lambda: stack.compose("kill", "engine"), ENGINE_GONE_BOUND_S)
+    stack.figures["engine docker kill during a step"] = figure
+
+
+def test_engine_killed_during_a_weight_push_stops_the_trainer_with_the_step_saved_and_up_resumes_it(stack):
+    """A push lasts 0.1 s on CPU, too short to aim a kill at from outside, so the mock holds the next one open
+    (its `hold_pause` fault) and the kill lands inside it."""
+    import httpx
+
+    held_before = engine_log(stack).count("fault hold_pause: holding")
+    httpx.post(f"{ENGINE}/mock/faults", json={"active": ["hold_pause"]}, timeout=10).raise_for_status()
+    stack.wait_for(
+        "a weight push held open",
+        lambda: engine_log(stack).count("fault hold_pause: holding") > held_before,
+        STEP_TIMEOUT_S,
+        poll_s=1,
+    )
+    st, figure = stopped_then_resumed(stack, lambda: stack.compose("kill", "engine"), PUSH_GONE_BOUND_S)
+    assert re.match(
+        rf"the engine at {re.escape(ENGINE)} is gone: pausing it for a weight push failed after \d+\.\d s \(",
+        st["reason"],
+    ), st["reason"]
+    stack.figures["engine docker kill during a weight push"] = figure

@@ -156,3 +156,31 @@ def test_weights_not_served_fault_acknowledges_and_counts_but_keeps_serving_the_
     assert result["updated"] == len(list(model.parameters())) and result["weight_version"] == version + 1
     after = first_position_logprobs(engine, prompt)
     assert all(abs(after[t] - before[t]) < 1e-6 for t in before)
+
+
+def test_hold_pause_fault_holds_a_push_open_until_it_is_switched_off(engine):
+    """The fault suite's way to kill the engine during a weight push (tests/faults): `/pause` does not answer while
+    the fault is on, while /health and the fault switch itself still do."""
+    import threading
+    import time
+
+    requests.post(f"{engine}/mock/faults", json={"active": ["hold_pause"]}, timeout=10).raise_for_status()
+    answered: list[float] = []
+    t0 = time.monotonic()
+    push = threading.Thread(
+        target=lambda: answered.append(
+            requests.post(f"{engine}/pause", params={"mode": "keep"}, timeout=60).status_code
+        )
+    )
+    push.start()
+    try:
+        push.join(timeout=2.0)
+        assert answered == [] and push.is_alive()  # held
+        assert requests.get(f"{engine}/health", timeout=5).status_code == 200
+        assert requests.get(f"{engine}/is_paused", timeout=5).json() == {"is_paused": False}  # not paused yet
+    finally:
+        requests.post(f"{engine}/mock/faults", json={"active": []}, timeout=10).raise_for_status()
+    push.join(timeout=5.0)
+    assert answered == [200] and 2.0 <= time.monotonic() - t0 < 7.0
+    assert requests.get(f"{engine}/is_paused", timeout=5).json() == {"is_paused": True}
+    requests.post(f"{engine}/resume", timeout=10).raise_for_status()

@@ -1,7 +1,7 @@
 """The mock engine (a real tiny LM, scripted half the time) and OpenEnv's real capture proxy in front of it,
 as the trainer's CPU integration tests run them: one helper, so each suite starts the same pair.
 
-    with cpu_engine(work) as stack:   # {"model", "engine", "capture"}; logs under work/logs
+    with cpu_engine(work) as stack:   # {"model", "engine", "engine_pid", "capture"}; logs under work/logs
         ...
 """
 
@@ -62,7 +62,12 @@ def cpu_engine(work: Path) -> Iterator[dict]:
     try:
         wait_healthy(engine_url + "/health", engine)
         wait_healthy(f"http://127.0.0.1:{capture_port}/health", proxy)
-        yield {"model": str(model_dir), "engine": engine_url, "capture": f"http://127.0.0.1:{capture_port}"}
+        yield {
+            "model": str(model_dir),
+            "engine": engine_url,
+            "engine_pid": engine.pid,
+            "capture": f"http://127.0.0.1:{capture_port}",
+        }
     finally:
         for proc in (proxy, engine):
             proc.terminate()

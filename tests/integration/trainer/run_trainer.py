@@ -2,9 +2,11 @@
 
     python tests/integration/trainer/run_trainer.py CAPTURE_URL
 
-Everything else comes from the environment, exactly as `python -m trainer` reads it, plus one test hook:
+Everything else comes from the environment, exactly as `python -m trainer` reads it, plus two test hooks:
 TEST_SIGTERM_AT_STEP=N sends this process SIGTERM during step N's optimizer step (its rollouts are in, so
 the signal lands while the step computes, not while rollouts are awaited), as `docker compose stop` would.
+TEST_KILL_ENGINE_AT_STEP=N with TEST_ENGINE_PID kills that process (the mock engine) with SIGKILL at the same
+point, so the weight push at step N's end finds the engine gone.
 """
 
 import json
@@ -33,9 +35,24 @@ def signal_during_step(at: int) -> None:
     stop.install()
 
 
+def kill_engine_during_step(at: int, pid: int) -> None:
+    """As signal_during_step, with the engine as the victim: StopCallback stays the real one."""
+    from trainer import stop
+
+    class KillEngineDuringStep(stop.StopCallback):
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            if state.global_step == at - 1:
+                os.kill(pid, signal.SIGKILL)
+                print(f"test: killed the engine (pid {pid}) in step {at}'s optimizer step", flush=True)
+
+    stop.StopCallback = KillEngineDuringStep
+
+
 if __name__ == "__main__":
     if os.environ.get("TEST_SIGTERM_AT_STEP"):
         signal_during_step(int(os.environ["TEST_SIGTERM_AT_STEP"]))
+    if os.environ.get("TEST_KILL_ENGINE_AT_STEP"):
+        kill_engine_during_step(int(os.environ["TEST_KILL_ENGINE_AT_STEP"]), int(os.environ["TEST_ENGINE_PID"]))
     failures = run_all(phase="trainer")
     if failures:
         sys.exit("\n".join(str(f) for f in failures))
