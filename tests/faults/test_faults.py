@@ -27,7 +27,17 @@ import time
 from collections import Counter
 
 import pytest
-from compose_stack import Stack, clean_env, prepare_run, run
+from compose_stack import (  # noqa: F401 -- diagnose_on_failure: the autouse fixture, registered here
+    Stack,
+    clean_env,
+    diagnose_on_failure,
+    prepare_run,
+    run,
+    steps_logged,
+    trainer_log,
+    wait_for_step,
+)
+from compose_stack import run_status as status
 
 PROJECT = "asyncgrpo-faults"
 # Its own ports, away from the smoke test's and the defaults, so it can run next to either.
@@ -36,7 +46,6 @@ SAVE_STEPS = 3
 SAVE_TOTAL_LIMIT = 2
 UP_TIMEOUT_S = 30 * 60
 STEP_TIMEOUT_S = 15 * 60
-STEP_LINE = re.compile(r"^trainer-\d+\s+\|\s+step (\d+)/\d+ ", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -73,43 +82,11 @@ def stack():
         print(f"faults: suite wall time {time.time() - s.t_up:.0f} s")
 
 
-@pytest.fixture(autouse=True)
-def _diagnose_on_failure(request, stack):
-    yield
-    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
-        print(stack.diagnostics())
-
-
 # --- what the stack says ---------------------------------------------------------------------------------
-def status(stack) -> dict:
-    try:
-        return json.loads((stack.run_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def trainer_log(stack) -> str:
-    return stack.compose("logs", "--no-color", "trainer", check=False).stdout
-
-
-def steps_logged(stack) -> list[int]:
-    return [int(n) for n in STEP_LINE.findall(trainer_log(stack))]
-
-
 def checkpoints(stack) -> list[int]:
     """Complete checkpoints (trainer_state.json is written last), by step."""
     return sorted(
         int(p.name.split("-")[1]) for p in stack.run_dir.glob("checkpoint-*") if (p / "trainer_state.json").is_file()
-    )
-
-
-def wait_for_step(stack, step: int, since: int = 0) -> int:
-    """Wait until the trainer logged optimizer step >= `step` among its lines after the first `since`."""
-    return stack.wait_for(
-        f"trainer step {step}",
-        lambda: max([n for n in steps_logged(stack)[since:] if n >= step], default=None),
-        STEP_TIMEOUT_S,
-        poll_s=3,
     )
 
 

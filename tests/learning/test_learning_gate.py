@@ -32,7 +32,17 @@ import sys
 import time
 
 import pytest
-from compose_stack import ROOT, Stack, clean_env, prepare_run
+from compose_stack import (  # noqa: F401 -- diagnose_on_failure: the autouse fixture, registered here
+    ROOT,
+    Stack,
+    clean_env,
+    diagnose_on_failure,
+    prepare_run,
+    steps_logged,
+    trainer_log,
+    wait_for_step,
+)
+from compose_stack import run_status as status
 
 PROJECT = "asyncgrpo-learn"
 # Its own ports, away from the smoke test's, the fault suite's and the defaults.
@@ -50,7 +60,6 @@ CONTROL = os.environ.get("LEARNING_GATE_CONTROL", "") == "1"
 # start dominate, the engine idles), so the whole gate takes about 45 min.
 UP_TIMEOUT_S = 20 * 60
 STEP_TIMEOUT_S = 30 * 60
-STEP_LINE = re.compile(r"^trainer-\d+\s+\|\s+step (\d+)/\d+ ", re.M)
 TRAIN_TASK = re.compile(r"--(train-\d{3})-")
 
 
@@ -83,29 +92,7 @@ def stack():
         print(f"learning gate: wall time {time.time() - s.t_up:.0f} s")
 
 
-@pytest.fixture(autouse=True)
-def _diagnose_on_failure(request, stack):
-    yield
-    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
-        print(stack.diagnostics())
-
-
 # --- what the run says -----------------------------------------------------------------------------------
-def status(stack) -> dict:
-    try:
-        return json.loads((stack.run_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def trainer_log(stack) -> str:
-    return stack.compose("logs", "--no-color", "trainer", check=False).stdout
-
-
-def steps_logged(stack) -> list[int]:
-    return [int(n) for n in STEP_LINE.findall(trainer_log(stack))]
-
-
 def trained_tasks(stack) -> list[tuple[float, str]]:
     """(finish time, task) of every finished training rollout, from the env server's trial folders
     (`<stack>--<task>-<hex>`, result.json written when the rollout ended: env_server/trials.py)."""
@@ -191,19 +178,10 @@ def test_baseline_on_the_held_out_split(stack):
     stack.figures["baseline"] = f"pass@1 {b:.3f} [{lo:.3f}, {hi:.3f}] in {time.time() - t0:.0f} s (stack up included)"
 
 
-def wait_for_step(stack, step: int, since: int = 0) -> int:
-    return stack.wait_for(
-        f"trainer step {step}",
-        lambda: max([n for n in steps_logged(stack)[since:] if n >= step], default=None),
-        STEP_TIMEOUT_S,
-        poll_s=3,
-    )
-
-
 def test_train_stop_at_a_step_and_resume_without_replaying_tasks(stack):
     t0 = time.time()
     stack.compose("up", "-d", timeout=UP_TIMEOUT_S)
-    wait_for_step(stack, STOP_AT)
+    wait_for_step(stack, STOP_AT, timeout_s=STEP_TIMEOUT_S)
     stack.compose("stop", "trainer", timeout=600)  # SIGTERM: the handler saves this step
     stopped = time.time()
     st = status(stack)
@@ -212,7 +190,7 @@ def test_train_stop_at_a_step_and_resume_without_replaying_tasks(stack):
     before = {task for t, task in trained_tasks(stack) if t <= stopped}
     lines_before = len(steps_logged(stack))
     stack.compose("up", "-d", "trainer", timeout=600)
-    first = wait_for_step(stack, 1, since=lines_before)
+    first = wait_for_step(stack, 1, since=lines_before, timeout_s=STEP_TIMEOUT_S)
     assert first == saved + 1 and f"(resuming from checkpoint-{saved})" in trainer_log(stack), steps_logged(stack)
     stack.wait_for(
         "the run to finish",

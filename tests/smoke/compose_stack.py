@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -275,6 +276,45 @@ def prepare_run(name: str, project: str, values: dict[str, str]) -> tuple[Path, 
     values = {**values, "CPU_BUCKET_PATH": str(bucket), "CPU_TRIALS_DIR": str(trials)}
     env_file.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
     return bucket, trials, env_file
+
+
+# --- a run's state, for the suites that drive one run through stops and restarts (faults, learning) -----
+STEP_LINE = re.compile(r"^trainer-\d+\s+\|\s+step (\d+)/\d+ ", re.M)
+
+
+def run_status(stack) -> dict:
+    """The run's status.json (`stack.run_dir`), {} while there is none (or it is being replaced)."""
+    try:
+        return json.loads((stack.run_dir / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def trainer_log(stack) -> str:
+    return stack.compose("logs", "--no-color", "trainer", check=False).stdout
+
+
+def steps_logged(stack) -> list[int]:
+    """Every per-step line's step, in log order (a resumed trainer's lines follow the stopped one's)."""
+    return [int(n) for n in STEP_LINE.findall(trainer_log(stack))]
+
+
+def wait_for_step(stack, step: int, since: int = 0, timeout_s: float = 15 * 60) -> int:
+    """Wait until the trainer logged optimizer step >= `step` among its lines after the first `since`."""
+    return stack.wait_for(
+        f"trainer step {step}",
+        lambda: max([n for n in steps_logged(stack)[since:] if n >= step], default=None),
+        timeout_s,
+        poll_s=3,
+    )
+
+
+@pytest.fixture(autouse=True)
+def diagnose_on_failure(request, stack):
+    """After a failed test of a suite that imports this (with its own `stack` fixture): `ps` and the logs."""
+    yield
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+        print(stack.diagnostics())
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
