@@ -76,6 +76,10 @@ def train(stack, max_steps, run=RUN, extra_env=None, expect_rc=0):
         "MAX_OUTPUT_TOKENS": "128",
         "AGENT_STEP_LIMIT": "3",
         "REPORT_TO": "tensorboard",
+        # The mismatch rule off: at this suite's LEARNING_RATE=1e-2 the tiny policy drifts more than 0.02 nats
+        # between the engine's sampling and the trainer's step, so the rule raced the forking rule and CI once saw
+        # it end the forked run first. It has its own tests (test_mismatch_trl.py, tests/unit/trainer/test_stop_rules.py).
+        "STOP_MISMATCH_KL": "off",
         **(extra_env or {}),
     }
     out = subprocess.run(
