@@ -112,6 +112,8 @@ class Settings:
     # TRL's weight_sync_timeout (and the mock backend's per-call timeout): a push that outlasts it means the engine
     # is gone or hung (trainer/engine_gone.py stops the run with a checkpoint).
     weight_sync_timeout_s: int = 300
+    # compose or kubernetes (stack/deployment.py): the resume steps a stopped run prints depend on it.
+    deployment: str = "compose"
     engine_max_model_len: int = 32768
     # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
     # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
@@ -174,6 +176,7 @@ FIELDS = Table(
         fix_above="set it to at most 1024 (each rollout of a group is a paid sandbox; groups of 8-64 are usual)",
     ),
     F.WEIGHT_TRANSFER,
+    F.DEPLOYMENT,
     # TRL 1.16.0's weight_sync_timeout (async_grpo_config.py; weight_transfer.py bounds the NCCL group's set-up, the
     # transfer and its finalisation with it) defaults to 1800 s: a dead or hung engine held the GPUs idle for half
     # an hour per push before anything said why. Measured (docs/GPU-STACK.md, DESIGN.md), a whole push of 2.8 GB
@@ -400,6 +403,7 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
         report_to=get("REPORT_TO"),
         weight_transfer=weight_transfer,
         weight_sync_timeout_s=get("WEIGHT_SYNC_TIMEOUT_S"),
+        deployment=get("DEPLOYMENT"),
         bucket_dir=bucket_dir,
         run_name=explicit or fresh_run_name(model, harness, max_steps),
         run_name_explicit=bool(explicit),

@@ -41,7 +41,7 @@ from __future__ import annotations
 import faulthandler
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ class EngineGone(Exception):
         return f"trainer: {self.reason()}. Stopped (exit {EXIT_CODE}); {kept}. {resume_steps(where, run_name)}"
 
 
-def stop_run(gone: EngineGone, status: Any, s: Any, resume: Path | None, env: Mapping[str, str]) -> None:
+def stop_run(gone: EngineGone, status: Any, s: Any, resume: Path | None) -> None:
     """Stop the run: status.json `stopped` with the reason, the one line, SystemExit(EXIT_CODE).
 
     `status` is the run's RunStatus, `s` its Settings. When the engine was gone before training ran (the warm-up;
@@ -86,7 +86,7 @@ def stop_run(gone: EngineGone, status: Any, s: Any, resume: Path | None, env: Ma
     if step is None:
         step, saved = (int(resume.name.rsplit("-", 1)[1]), resume.name) if resume else (0, None)
     status.update(state="stopped", step=step, last_checkpoint=saved, reason=gone.reason())
-    print(gone.line(step, saved, s.run_name, form(s.weight_transfer, env)), flush=True)
+    print(gone.line(step, saved, s.run_name, form(s.weight_transfer, s.deployment)), flush=True)
     # The checkpoint and status are written and the line is out, so nothing left needs the interpreter's own
     # teardown. On GPU, a daemon thread of TRL's NCCL transfer may be stuck in a collective with the dead peer,
     # and a communicator's clean-up can wait on it. So a teardown that outlasts TEARDOWN_S ends the process
@@ -95,17 +95,13 @@ def stop_run(gone: EngineGone, status: Any, s: Any, resume: Path | None, env: Ma
     raise SystemExit(EXIT_CODE)
 
 
-def form(weight_transfer: str, env: Mapping[str, str]) -> str:
+def form(weight_transfer: str, deployment: str) -> str:
     """Where this trainer runs, for the resume steps: kubernetes (DEPLOYMENT), compose-cpu (the mock's weight
     transfer is the CPU form's) or compose."""
-    from stack import deployment
-    from stack.env import EnvError
+    from stack.deployment import KUBERNETES
 
-    try:
-        if deployment.read(env) == deployment.KUBERNETES:
-            return "kubernetes"
-    except EnvError:  # checked at start by the guards; the line still names compose's steps
-        pass
+    if deployment == KUBERNETES:
+        return "kubernetes"
     return "compose-cpu" if weight_transfer == "mock" else "compose"
 
 

@@ -132,7 +132,7 @@ def run(s: Settings, runner=None, rules: StopRules | None = None) -> None:
         status.update(state="stopped", reason=str(exc))
         print(f"trainer: stopped ({exc}); nothing to save yet", flush=True)
     except EngineGone as gone:
-        engine_gone.stop_run(gone, status, s, resume, os.environ)  # status, the one line, SystemExit(4)
+        engine_gone.stop_run(gone, status, s, resume)  # status, the one line, SystemExit(4)
     except BaseException as exc:
         status.update(state="failed", error=f"{type(exc).__name__}: {exc}"[:2000])
         raise

@@ -266,12 +266,14 @@ def test_the_main_process_rollouts_stop_waiting_on_an_engine_that_is_gone(monkey
 
 # --- the stop: status, the one line, the exit code ----------------------------------------------------------------
 def stop(tmp_path, capsys, gone, weight_transfer="mock", env=None, resume=None):
-    s = config.from_env({"WEIGHT_TRANSFER": weight_transfer, "RUN_NAME": "run-1", "BUCKET_DIR": str(tmp_path)})
+    s = config.from_env(
+        {"WEIGHT_TRANSFER": weight_transfer, "RUN_NAME": "run-1", "BUCKET_DIR": str(tmp_path), **(env or {})}
+    )
     status = RunStatus(tmp_path / "status.json", "run-1", 50)
     status.update(state="training", step=3)
     try:
         with pytest.raises(SystemExit) as caught:
-            engine_gone.stop_run(gone, status, s, resume, env or {})
+            engine_gone.stop_run(gone, status, s, resume)
     finally:
         faulthandler.cancel_dump_traceback_later()  # armed for the teardown of a trainer that exits
     out = capsys.readouterr()
