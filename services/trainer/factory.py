@@ -36,6 +36,31 @@ SETUP_MARGIN_S = 900.0
 # killed mid-rollout, which killed the trainer during its warm-up; `InvalidStatus` while it restarts).
 # TimeoutError is an OSError too, but it is the rollout's own deadline, not a lost server: never waited out.
 TRANSPORT_ERRORS = (OSError, httpx.TransportError, websockets.exceptions.WebSocketException)
+# How deep OpenEnv's connect clean-up nests its masking TypeError (measured): one level when the MCP session's HTTP
+# request is refused, two when the session is granted and the websocket's connect then fails (EnvClient's clean-up,
+# then MCPClientBase's); a little room beyond.
+_MASK_DEPTH = 4
+
+
+def transport_failure(exc: BaseException) -> BaseException | None:
+    """The transport error behind `exc` (itself, or the one OpenEnv hid), else None.
+
+    OpenEnv 0.10.0's client hides a failed connect: its connect clean-up awaits `HarborEnv.close()`, a plain
+    method that returns None, so a refused connection comes out as `TypeError: object NoneType can't be used in
+    'await' expression` raised while handling the httpx/websocket error (measured against a closed port, for the
+    task list and for a rollout). A trainer started while the env server is down, or one whose /health probe
+    passed a moment before the server died, would stop on that TypeError. Only TypeErrors are looked through: any
+    other error is the server's or ours, not the wire's. A bare TimeoutError is the rollout's own deadline (the
+    callers re-raise it first); one behind the mask is the connect's open timeout, a server that did not answer.
+    """
+    seen: BaseException | None = exc
+    for _ in range(_MASK_DEPTH + 1):
+        if isinstance(seen, TRANSPORT_ERRORS):
+            return seen
+        if not isinstance(seen, TypeError):
+            return None
+        seen = seen.__context__
+    return None
 
 
 @dataclass(frozen=True)
@@ -87,8 +112,11 @@ class EnvServerRunner:
                 rows = self._task_rows()
             except TimeoutError:
                 raise
-            except TRANSPORT_ERRORS as exc:
-                backoff.wait(f"env server {self.env_server_url} unreachable for the task list ({_named(exc)})")
+            except Exception as exc:
+                lost = transport_failure(exc)
+                if lost is None:
+                    raise
+                backoff.wait(f"env server {self.env_server_url} unreachable for the task list ({_named(lost)})")
                 continue
             backoff.done()
             return rows
@@ -146,8 +174,11 @@ class EnvServerRunner:
                     "it runs again once the env server answers"
                 )
                 continue
-            except TRANSPORT_ERRORS as exc:  # before the rollout started, or a socket error on the way
-                wait(f"env server {self.env_server_url} unreachable ({_named(exc)})")
+            except Exception as exc:  # before the rollout started (its connect), or a socket error on the way
+                lost = transport_failure(exc)
+                if lost is None:
+                    raise  # not the wire: a real failure, the caller's to report
+                wait(f"env server {self.env_server_url} unreachable ({_named(lost)})")
                 continue
             if is_refusal(result):
                 wait(f"env server refused: {result.error}")

@@ -7,6 +7,9 @@ smoke test's driver (tests/smoke/compose_stack.py). The tests run in order on th
     up -> step 1 -> tunnel-check crash healed by compose; `docker kill` of it healed by `up -d`
          -> env-server `docker kill` + `docker compose up -d env-server` (preflight re-runs with the
             rest of the stack up; the trainer waits meanwhile and says why)
+         -> the trainer stopped and started again, env-server `docker kill`ed during its warm-up rollout: the same
+            trainer process waits and says why, the warm-up runs again once `up -d env-server` is healthy, and
+            training resumes at the step after the saved one (0 lost)
          -> SIGTERM of the trainer: checkpoint, "stopped", resumes at the next step (0 lost)
          -> `kill -9` of the trainer: at most SAVE_STEPS lost -> retention keeps SAVE_TOTAL_LIMIT
          -> the public capture port (junk, floods, a poisoned request from a sandbox; the run trains on)
@@ -214,6 +217,117 @@ def test_sandboxes_of_the_killed_env_server_are_gone_once_it_is_back(stack):
         time.sleep(2)
     assert not still, f"sandboxes of the killed env server still running: {sorted(still)}"
     stack.figures["env-server kill -9 mid-rollout"] = f"{len(stack.sandboxes_at_kill)} sandbox(es) in flight, 0 left"
+
+
+# --- the env server killed during the trainer's warm-up (issue 29) ------------------------------------------------
+ENV_SERVER = f"http://127.0.0.1:{PORTS['ENV_SERVER_PORT']}"  # ENV_SERVER_URL in compose.yaml
+# Printed by train._train right before it starts the warm-up rollout (there is no line of its own for the start).
+TASKS_LINE = re.compile(r"^trainer-\d+\s+\|\s+(trainer: \d+ training task\(s\) of \d+ served)$", re.M)
+WARM_UP_DONE = "trainer: warm-up rollout done: "  # train.warm_up
+WAIT_LINE = re.compile(r"^trainer-\d+\s+\|\s+(trainer: rollouts refused, waiting .*)$", re.M)  # waiting.Backoff
+# From `up -d trainer` (preflight re-runs first, then the trainer's imports, its resume and the task list) to the
+# warm-up's sandbox running: the bound the suite gives a sandbox to appear (the poisoned-request case).
+WARM_UP_IN_FLIGHT_S = 300
+# From the kill to status.json saying `waiting-for-rollouts`: the warm-up's websocket drops with the process and the
+# wait writes the status before its first backoff sleep (seen at once in tests/integration/trainer_waits); the
+# rest is a loaded 2-core host.
+WARM_UP_WAIT_SAID_S = 60
+# The stopped trainer's sandboxes closed by the env server: the reaping case's bound for the same teardown (Harbor's
+# `docker compose down` of each; its container stops in 0.1 s, env_server/sandbox_stop.py).
+CLOSE_S = 120
+
+
+def trainer_run(stack) -> tuple[str, str, int]:
+    """(container id, when it last started, restart count): unchanged only if the trainer never exited since."""
+    info = json.loads(run(["docker", "inspect", stack.container("trainer")["ID"]]).stdout)[0]
+    return info["Id"], info["State"]["StartedAt"], info["RestartCount"]
+
+
+def test_env_server_killed_during_the_trainer_warm_up_is_waited_out_and_no_step_is_lost(stack):
+    """A restarted trainer runs its serial warm-up rollout again before it loads the model. The env server killed
+    while that rollout is in flight is waited out as at any other phase (status `waiting-for-rollouts`, the same
+    trainer process throughout); once `up -d env-server` brings it back, the rollout runs again and training goes
+    on at the step after the checkpoint the stop saved. Before trainer/factory.py caught websockets' errors, this
+    stopped the trainer (issue 29)."""
+    tasks_line = TASKS_LINE.findall(trainer_log(stack))[0]  # this run's first start: the same tasks are served
+    stack.compose("stop", "trainer", timeout=600)  # SIGTERM: saved and resumed as in the SIGTERM case below
+    assert stack.state("trainer") == ("exited", 0), trainer_log(stack)[-3000:]
+    saved = checkpoints(stack)[-1]
+    stack.saves.update(checkpoints(stack))
+    lost = max(steps_logged(stack)) - saved
+    # The stopped trainer's rollouts are closed by the env server once their client is gone (env_server/
+    # client_watch.py): with none left, the next sandbox of this stack can only be the warm-up's.
+    stack.wait_for("the stopped trainer's sandboxes to close", lambda: not sandboxes(stack), CLOSE_S, poll_s=2)
+    log = trainer_log(stack)
+    tasks_lines, done_before = len(TASKS_LINE.findall(log)), log.count(WARM_UP_DONE)
+    lines_before = len(steps_logged(stack))
+    t_restart = time.time()
+    stack.compose("up", "-d", "trainer", timeout=600)
+    started = trainer_run(stack)
+
+    def warm_up_in_flight():
+        # The restarted trainer printed its task line and not yet the warm-up's end, and a sandbox runs: until that
+        # end line the warm-up is the only rollout it runs (the rollout child waits at its gate until training).
+        log = trainer_log(stack)
+        if log.count(WARM_UP_DONE) > done_before:
+            return ("done before its sandbox was seen", set())
+        boxes = sandboxes(stack)
+        return ("in flight", boxes) if len(TASKS_LINE.findall(log)) > tasks_lines and boxes else None
+
+    seen = stack.wait_for("the warm-up rollout in flight", warm_up_in_flight, WARM_UP_IN_FLIGHT_S, poll_s=1)
+    assert seen[0] == "in flight", seen
+    log = trainer_log(stack)
+    assert TASKS_LINE.findall(log)[-1] == tasks_line, TASKS_LINE.findall(log)
+    assert f"(resuming from checkpoint-{saved})" in log
+    waits_before = len(WAIT_LINE.findall(log))
+    stack.compose("kill", "env-server")
+    t0 = time.time()
+    waiting = stack.wait_for(
+        "the trainer to say it waits for rollouts",
+        lambda: st if (st := status(stack)).get("state") == "waiting-for-rollouts" else None,
+        WARM_UP_WAIT_SAID_S,
+        poll_s=1,
+    )
+    said = time.time() - t0
+    assert f"env server {ENV_SERVER}" in waiting["reason"], waiting
+    assert waiting["last_checkpoint"] == f"checkpoint-{saved}", waiting  # the restarted trainer's own status
+    log = trainer_log(stack)
+    assert log.count(WARM_UP_DONE) == done_before, "the warm-up had ended before the kill"
+    # Its one line for the lost rollout (further lines follow only when the reason changes: the server unreachable,
+    # then refusing until tunnel-check verifies the new capture proxy).
+    assert WAIT_LINE.findall(log)[waits_before] == (
+        f"trainer: rollouts refused, waiting (retry in 2s): connection to the env server {ENV_SERVER} lost during the "
+        "rollout (ConnectionClosedError: no close frame received or sent); it runs again once the env server answers"
+    ), WAIT_LINE.findall(log)[waits_before:]
+    # Compose leaves a `docker kill`ed service down (docker-kill(1)); the trainer waits, the same process.
+    stack.wait_for("env-server to be down", lambda: stack.state("env-server")[0] == "exited", 30, poll_s=1)
+    assert stack.state("trainer")[0] == "running" and trainer_run(stack) == started, trainer_log(stack)[-3000:]
+
+    stack.compose("up", "-d", "env-server", timeout=600)
+    assert stack.state("preflight") == ("exited", 0), stack.compose(
+        "logs", "--no-color", "preflight", check=False
+    ).stdout
+    stack.wait_for("env-server healthy", lambda: stack.health("env-server") == "healthy", 300)
+    healthy = time.time() - t0
+    first = wait_for_step(stack, 1, since=lines_before, timeout_s=STEP_TIMEOUT_S)
+    stepped = time.time() - t0
+    # The same trainer all along: same container, same start, no restart, no death in Docker's own event stream.
+    assert trainer_run(stack) == started, (started, trainer_run(stack))
+    assert not [e for e in stack.events if e["service"] == "trainer" and e["status"] == "die" and e["time"] > t_restart]
+    log = trainer_log(stack)
+    assert log.count(WARM_UP_DONE) == done_before + 1  # the warm-up ran again, once, and passed
+    lines = log.splitlines()
+    kill_wait = [i for i, line in enumerate(lines) if WAIT_LINE.match(line)][waits_before]
+    done = [i for i, line in enumerate(lines) if WARM_UP_DONE in line][done_before]
+    assert sum("trainer: rollouts accepted again after " in line for line in lines[kill_wait:done]) == 1
+    # 0 steps lost: the stop saved the last logged step, and the resumed run's first step is the one after it.
+    assert lost == 0 and steps_logged(stack)[lines_before] == saved + 1, (lost, saved, steps_logged(stack))
+    # The killed env server's warm-up sandbox was reaped when it started again.
+    assert not seen[1] & sandboxes(stack), sorted(seen[1] & sandboxes(stack))
+    stack.figures["env-server docker kill during the warm-up"] = (
+        f"waiting said in {said:.0f} s; env-server healthy {healthy:.0f} s and step {first} logged {stepped:.0f} s "
+        f"after the kill; checkpoint-{saved}, resumed at step {saved + 1}, {lost} steps lost; trainer never exited"
+    )
 
 
 def test_sigterm_saves_a_checkpoint_and_resume_loses_no_step(stack):
