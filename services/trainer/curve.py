@@ -28,7 +28,7 @@ from pathlib import Path
 
 from stack import atomic
 
-from . import curve_png
+from . import curve_png, summary_log
 
 # curve.csv column -> the metric key it is read from, in the CSV's column order after `step`.
 COLUMNS = {
@@ -90,8 +90,10 @@ class Curve:
                 self.log(int(entry["step"]), entry)
 
     def log(self, step: int, logs: dict) -> bool:
-        """Merge one log into its step's row; False when it carried nothing for the curve (the Trainer's
-        end-of-training summary log, for one)."""
+        """Merge one log into its step's row; False when it carried nothing for the curve, or is the Trainer's
+        end-of-training summary."""
+        if summary_log.is_summary(logs):  # figures of groups never trained on (trainer/summary_log.py)
+            return False
         fields = row_fields(logs)
         if not fields:
             return False

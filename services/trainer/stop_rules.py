@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stack.env import Env, EnvError, Field, Table
+from trainer import summary_log
 from trainer.config import FIELDS as TRAINER_FIELDS
 
 
@@ -199,6 +200,8 @@ class StopRules:
         """Feed one logged step; the first rule that trips (and stays tripped), else None."""
         if self.tripped:
             return self.tripped
+        if summary_log.is_summary(logs):  # after the last step, of groups never trained on (trainer/summary_log.py)
+            return None
         for rule in RULES:
             threshold = self.thresholds.get(rule.name)
             value = _number(logs.get(rule.key))

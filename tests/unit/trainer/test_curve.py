@@ -107,6 +107,22 @@ def test_a_resumed_run_continues_the_curve_with_no_gap_and_no_duplicate_step(tmp
     assert [r["pass_at_1"] for r in rows] == [0.25, None, 0.5, None, None, None, None]
 
 
+def test_the_end_of_training_summary_does_not_overwrite_the_last_steps_row(tmp_path):
+    """TRL's log() adds the figures of groups that finished after the last step (never trained on) to the Trainer's
+    end-of-training summary, which is logged at the last step: the row keeps that step's own training reward."""
+    c, history = Curve(tmp_path, last_step=2), []
+    on_train_begin(c, history, None)
+    on_log(history, c, 1, train_log(1, 0.25))
+    on_log(history, c, 2, train_log(2, 0.75))
+    summary = {"train_runtime": 81.5, "train_loss": 0.02, "harbor/reward_mean": 0.99, "harbor/reward_std": 0.05}
+    on_log(history, c, 2, summary)
+    assert [(r["step"], r["reward_mean"], r["reward_std"]) for r in c.rows()] == [(1, 0.25, 0.5), (2, 0.75, 0.5)]
+    # A resume rebuilds the rows from log_history, where the Trainer appended the summary too: the same rows.
+    rebuilt = Curve(tmp_path, last_step=2)
+    rebuilt.restart(history, None)
+    assert rebuilt.rows() == c.rows()
+
+
 def test_curve_csv_exact_text(tmp_path):
     history: list[dict] = []
     c = Curve(tmp_path)

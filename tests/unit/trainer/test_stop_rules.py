@@ -97,3 +97,13 @@ def test_bad_settings_are_refused_with_the_fix(env, message):
     with pytest.raises(EnvError) as exc:
         from_env(env)
     assert str(exc.value).startswith(message)
+
+
+def test_the_end_of_training_summary_trips_nothing():
+    """transformers' summary log comes after the last step, and TRL fills it with the figures of groups never trained
+    on (trainer/summary_log.py): it must not turn a finished run into a stopped one (the first full learning-gate
+    run ended `stopped-by-rule` at its last step that way)."""
+    rules = StopRules({"STOP_FORKING_FRAC": 0.5}, window=2)
+    assert feed(rules, [{"rollout/fork_frac": 1.0}]) is None
+    assert rules.observe(1, {"train_runtime": 81.5, "train_loss": 0.02, "rollout/fork_frac": 1.0}) is None
+    assert rules.observe(2, {"rollout/fork_frac": 1.0}).step == 2  # a step's own log still counts
