@@ -57,7 +57,7 @@ MISMATCH_BOUND = 0.02  # STOP_MISMATCH_KL's default (trainer/stop_rules.py)
 CONTROL = os.environ.get("LEARNING_GATE_CONTROL", "") == "1"
 # Measured on 2 cores: the baseline's 48 rollouts with the stack's start took 591 s, a step of 8 rollouts
 # about 2 min (each rollout ~36 s of wall time, 4 at once: Harbor's docker orchestration and mini-swe-agent's
-# start dominate, the engine idles), so the whole gate takes about 45 min.
+# start dominate, the engine idles). The first full run took 70 min: baseline 794 s, 15 steps 3377 s, then the eval.
 UP_TIMEOUT_S = 20 * 60
 STEP_TIMEOUT_S = 30 * 60
 TRAIN_TASK = re.compile(r"--(train-\d{3})-")
