@@ -62,8 +62,8 @@ def stack():
         "TUNNEL_CHECK_INTERVAL_S": "3",
         "TUNNEL_CHECK_TIMEOUT_S": "2",
         # The suite's run is long (it stops it itself) and its scripted groups are often all correct: the
-        # zero-spread rule then ends it by chance (CI once saw it stop at step 9, before the engine cases), and at
-        # the CPU form's scripted replays the mismatch KL read 0.25-16.5 nats (off there by default anyway). Those rules
+        # zero-spread rule then ends it by chance (CI once saw it stop at step 9, before the engine cases), and under
+        # the CPU form's scripted replays the mismatch KL reads 0.25-16.5 nats (off there by default anyway). Those rules
         # have suites of their own (tests/integration/trainer); here they would only race the faults.
         "STOP_ZERO_SPREAD_FRAC": "off",
         "CPU_STOP_MISMATCH_KL": "off",
