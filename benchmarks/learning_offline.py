@@ -1,6 +1,6 @@
 """Can the pick-answer policy learn, and on what budget? In-process, before the stack run is built.
 
-    docker run --rm -v "$PWD":/w -w /w -e PYTHONPATH=/w/services:/w asyncgrpo-harbor/mock-engine:local \\
+    docker run --rm -v "$PWD":/w -w /w -e PYTHONPATH=/w/services:/w asyncgrpo-harbor/mock-engine-learn:local \\
         python -m benchmarks.learning_offline [--model-dir DIR] [--steps 15] [--lr 3e-4 0] [--threads 1]
 
 What it prints, for each learning rate asked (0 is the control: the same loop, weights never move):

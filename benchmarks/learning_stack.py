@@ -1,6 +1,6 @@
 """Steps and wall time to learn through the whole CPU stack, and the control beside it.
 
-    .venv/bin/python benchmarks/learning_stack.py            (after scripts/build-cpu-images; ~70 min each on 2 cores)
+    .venv/bin/python benchmarks/learning_stack.py            (after scripts/build-cpu-images --learn; ~70 min each)
 
 Runs the test command's learning gate (tests/learning) twice, one after the other on this host: as the test
 command runs it, then with LEARNING_GATE_CONTROL=1 (the mock engine's `weights_not_served` fault: every weight

@@ -297,3 +297,42 @@ def test_the_trainer_dockerfile_decides_its_form_by_the_argument_only():
     assert re.search(r"^ARG TRAINER_FORM=gpu$", text, re.M), "the Dockerfile's default form is gpu (its default base)"
     assert 'select-python "$TRAINER_FORM"' in text, "the form is checked against the base before any install"
     assert "find_spec" not in text, "the form must not be guessed from what the base contains"
+
+
+PICK_POLICY_DOCKERFILE = "images/pick-policy/Dockerfile"
+
+
+def test_only_the_form_that_learns_pays_for_the_pick_policy():
+    """The pick policy's fit (about 170 CPU-s; 414 s of wall time in a loaded build) was in the plain
+    mock-engine image, so every cold `scripts/cpu-up` paid for a policy it never served. It is fitted into
+    images of compose.learn.yaml's own, FROM the plain ones, each built by one service."""
+    assert "build_policy" not in (ROOT / "images" / "mock-engine" / "Dockerfile").read_text()
+    plain = _every_service(COMPOSE_FILES)
+    assert [n for n, svc in plain.items() if (svc.get("build") or {}).get("dockerfile") == PICK_POLICY_DOCKERFILE] == []
+
+    learn = _every_service([*COMPOSE_FILES, "compose.learn.yaml"])
+    fitted = {
+        name: (svc["image"], svc["build"]["args"]["BASE_IMAGE"], svc["build"]["args"]["ENGINE_IMAGE"])
+        for name, svc in learn.items()
+        if (svc.get("build") or {}).get("dockerfile") == PICK_POLICY_DOCKERFILE
+    }
+    assert fitted == {
+        "engine": (
+            "asyncgrpo-harbor/mock-engine-learn:local",
+            "asyncgrpo-harbor/mock-engine:local",
+            "asyncgrpo-harbor/mock-engine:local",
+        ),
+        "preflight": (
+            "asyncgrpo-harbor/trainer-learn:local",
+            "asyncgrpo-harbor/trainer:local",
+            "asyncgrpo-harbor/mock-engine:local",
+        ),
+    }
+    assert learn["trainer"]["image"] == "asyncgrpo-harbor/trainer-learn:local"
+    assert learn["trainer"]["pull_policy"] == "never"
+    assert learn["engine"]["environment"]["MOCK_MODEL_DIR"] == "/app/models/pick-policy"
+    builders: dict[str, list[str]] = {}
+    for name, svc in learn.items():
+        if svc.get("build"):
+            builders.setdefault(svc["image"], []).append(name)
+    assert {image: names for image, names in builders.items() if len(names) > 1} == {}

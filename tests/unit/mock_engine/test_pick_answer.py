@@ -1,7 +1,7 @@
 """The pick-answer family (datasets/pick-answer) and the facts its policy is built on.
 
 The verifier is run for real (bash, with its /app and /logs paths moved into a temp folder); the policy
-itself needs torch and is tested in the mock-engine image (tests/integration/mock_engine/test_policy.py).
+itself needs torch and is tested in the mock-engine image (tests/integration/pick_policy).
 """
 
 from __future__ import annotations

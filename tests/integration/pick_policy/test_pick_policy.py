@@ -1,5 +1,5 @@
-"""The learnable policy built into the mock-engine image (mock_engine.build_policy): sampled the way the CPU
-form serves it (the mock's own TinyLM, temperature 1.0, nothing scripted), it must emit valid agent actions
+"""The learnable policy fitted into the mock-engine-learn image (mock_engine.build_policy, by
+images/pick-policy/Dockerfile): sampled the way the CPU form serves it (the mock's own TinyLM, temperature 1.0, nothing scripted), it must emit valid agent actions
 that spread over the four letters, so a group has reward spread that learning can use, and the engine probe
 must be able to grade it. Bounds are set from measurements (the builder's own run, held-out, 96 rollouts:
 valid 0.948, letters A .229 B .260 C .219 D .240, probe gap 5.37; this image build, these 48 draws: valid
@@ -20,7 +20,7 @@ HELDOUT = Path(__file__).resolve().parents[3] / "datasets/pick-answer/heldout"
 @pytest.fixture(scope="module")
 def lm():
     if not POLICY.is_dir():
-        pytest.fail(f"{POLICY} is missing: images/mock-engine/Dockerfile builds it (mock_engine.build_policy)")
+        pytest.fail(f"{POLICY} is missing: run this suite in the mock-engine-learn image (build-cpu-images --learn)")
     import torch
 
     from mock_engine.lm import TinyLM
