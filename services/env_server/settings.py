@@ -184,11 +184,15 @@ class Settings:
             )
             max_envs = max_inflight
 
+        # Each refusal below is recorded and the read goes on (with the field's default in its place), so one
+        # start, and preflight, names every bad setting at once rather than the first of them.
         capture_host = get("CAPTURE_HOST")
         if capture_host in WILDCARD_HOSTS:
-            raise EnvError(
+            # The default (loopback) in its place: the tunnel rule below must not add a second line for it.
+            capture_host = read.refuse(
                 f"CAPTURE_HOST={capture_host!r} would publish the capture proxy on every interface: set it to "
-                "127.0.0.1 (behind a tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)"
+                "127.0.0.1 (behind a tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)",
+                FIELDS["CAPTURE_HOST"].default,
             )
         tunnel_provider = get("TUNNEL_PROVIDER")
         # Behind a tunnel the proxy is published by the tunnel, which reaches it on loopback; bound to a LAN
@@ -206,10 +210,11 @@ class Settings:
         direct_url = get("DIRECT_URL")
         remote = not SANDBOXES.get(sandbox).host_docker
         if tunnel_provider == "direct" and remote and direct_url.lower().startswith("http://"):
-            raise EnvError(
+            direct_url = read.refuse(
                 f"DIRECT_URL={direct_url} is plain http but SANDBOX={sandbox} sandboxes reach it across the internet, "
                 "where each sandbox's session key would travel in clear text: put TLS in front of the capture "
-                "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
+                "port and use an https:// DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared",
+                FIELDS["DIRECT_URL"].default,
             )
         remote_ok = get("SANDBOX_DOCKER_REMOTE_TASKS_OK")
         # The raw value: the words reader splits on whitespace, and a line break inside is one of the refusals.

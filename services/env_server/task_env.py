@@ -86,25 +86,43 @@ def is_secret(name: str) -> bool:
 
 def allow_list(raw: str) -> tuple[str, ...]:
     """TASK_ENV_ALLOW's names, or EnvError (one line: the variable, its value, the fix) for a line break, a
-    wildcard or other non-name (taken literally it granted nothing and said nothing), or a secret's name."""
+    wildcard or other non-name (taken literally it granted nothing and said nothing), or a secret's name. The
+    line names every such entry: one per start would have the operator fix them one restart at a time."""
     if "\n" in raw or "\r" in raw:
         return _refuse(raw, "has a line break: list the names on one line, comma-separated (TASK_ENV_ALLOW=A,B)")
     names = tuple(v.strip() for v in raw.split(",") if v.strip())
-    for name in names:
-        if not _NAME.fullmatch(name):
-            return _refuse(
-                raw,
-                f"entry {name!r} is not a variable name (wildcards and patterns are not expanded): list each "
-                "variable a task may read by its exact name, comma-separated, e.g. TASK_ENV_ALLOW=TEST_DIR,MY_VAR",
-            )
-        if is_secret(name):
-            return _refuse(
-                raw,
-                f"entry {name!r} names a secret, and tasks run code from the dataset and from the model being "
-                f"trained, which would read it: remove {name} from TASK_ENV_ALLOW (a task that needs a "
-                "credential of its own gets it as a literal in its task.toml env table)",
-            )
+    not_names = _unique(n for n in names if not _NAME.fullmatch(n))
+    secrets = _unique(n for n in names if _NAME.fullmatch(n) and is_secret(n))
+    why = []
+    if not_names:
+        why.append(
+            f"{_entries(not_names)} {'is not a variable name' if len(not_names) == 1 else 'are not variable names'} "
+            "(wildcards and patterns are not expanded): list each variable a task may read by its exact name, "
+            "comma-separated, e.g. TASK_ENV_ALLOW=TEST_DIR,MY_VAR"
+        )
+    if secrets:
+        one = len(secrets) == 1
+        why.append(
+            f"{_entries(secrets)} {'names a secret' if one else 'name secrets'}, and tasks run code from the dataset "
+            f"and from the model being trained, which would read {'it' if one else 'them'}: remove "
+            f"{_and(secrets)} from TASK_ENV_ALLOW (a task that needs a credential of its own gets it as a literal "
+            "in its task.toml env table)"
+        )
+    if why:
+        return _refuse(raw, "; ".join(why))
     return names
+
+
+def _unique(names) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def _entries(names: list[str]) -> str:
+    return ("entry " if len(names) == 1 else "entries ") + ", ".join(map(repr, names))
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _refuse(raw: str, why: str) -> tuple[str, ...]:

@@ -7,6 +7,9 @@ smoke test's driver (tests/smoke/compose_stack.py). The tests run in order on th
     up -> step 1 -> tunnel-check crash healed by compose; `docker kill` of it healed by `up -d`
          -> env-server `docker kill` + `docker compose up -d env-server` (preflight re-runs with the
             rest of the stack up; the trainer waits meanwhile and says why)
+         -> the trainer stopped and started again, env-server `docker kill`ed during its warm-up rollout: the same
+            trainer process waits and says why, the warm-up runs again once `up -d env-server` is healthy, and
+            training resumes at the step after the saved one (0 lost)
          -> SIGTERM of the trainer: checkpoint, "stopped", resumes at the next step (0 lost)
          -> `kill -9` of the trainer: at most SAVE_STEPS lost -> retention keeps SAVE_TOTAL_LIMIT
          -> the public capture port (junk, floods, a poisoned request from a sandbox; the run trains on)
@@ -214,6 +217,142 @@ def test_sandboxes_of_the_killed_env_server_are_gone_once_it_is_back(stack):
         time.sleep(2)
     assert not still, f"sandboxes of the killed env server still running: {sorted(still)}"
     stack.figures["env-server kill -9 mid-rollout"] = f"{len(stack.sandboxes_at_kill)} sandbox(es) in flight, 0 left"
+
+
+# --- the env server killed during a restarted trainer's warm-up (issue 29) ----------------------------------------
+ENV_SERVER = f"http://127.0.0.1:{PORTS['ENV_SERVER_PORT']}"  # the trainer's ENV_SERVER_URL (compose.yaml)
+# The trainer prints no line of its own when the warm-up starts: train._train prints this one, then starts the warm-up
+# rollout (train.warm_up, on a thread) while the main thread imports TRL and spawns the rollout child; the warm-up
+# ends with WARM_UP_DONE. Between the two, the warm-up is the only rollout the trainer runs: the rollout child waits
+# at its gate (trainer/rollout_gate.py) until training starts.
+TASKS_LINE = re.compile(r"^trainer-\d+\s+\|\s+(trainer: \d+ training task\(s\) of \d+ served.*)$", re.M)
+WARM_UP_DONE = "trainer: warm-up rollout done: "
+WAIT_LINE = re.compile(r"^trainer-\d+\s+\|\s+(trainer: rollouts refused, waiting .*)$", re.M)  # waiting.Backoff.wait
+ACCEPTED = "trainer: rollouts accepted again after "  # waiting.Backoff.done
+# The first waiting line once the warm-up's websocket drops with the killed server (factory.EnvServerRunner._waiting,
+# the first backoff delay; the same text as tests/integration/trainer_waits, which kills a real OpenEnv server).
+LOST_LINE = (
+    f"trainer: rollouts refused, waiting (retry in 2s): connection to the env server {ENV_SERVER} lost during the "
+    "rollout (ConnectionClosedError: no close frame received or sent); it runs again once the env server answers"
+)
+# From `up -d trainer` (preflight re-runs, then the trainer's imports, guards, resume and task list) to the warm-up's
+# sandbox running: the suite's bound for a sandbox to appear (the poisoned-request case).
+WARM_UP_IN_FLIGHT_S = 300
+# From the kill to status.json saying `waiting-for-rollouts`: the websocket drops with the process, and the wait
+# writes the status before its first backoff sleep; the rest is a loaded 2-core host.
+WARM_UP_WAIT_SAID_S = 60
+# The stopped trainer's sandboxes closed by the env server once their client is gone (env_server/client_watch.py):
+# the reaping case's bound for the same teardown.
+CLOSE_S = 120
+
+
+def trainer_run(stack) -> tuple[str, str, int]:
+    """(container id, when it last started, restart count): all three unchanged only if the trainer never exited."""
+    info = json.loads(run(["docker", "inspect", stack.container("trainer")["ID"]]).stdout)[0]
+    return info["Id"], info["State"]["StartedAt"], info["RestartCount"]
+
+
+def test_env_server_killed_during_a_restarted_trainer_warm_up_is_waited_out_and_no_step_is_lost(stack):
+    """What it proves (issue 29): a restarted trainer runs its serial warm-up rollout again before it loads the
+    model, and an env server killed while that rollout is in flight no longer kills the trainer (it did, 2 of 2
+    tries: exit 1, `ConnectionClosedError: no close frame received or sent`, because trainer/factory.py caught
+    neither websockets' errors nor OpenEnv's masked connect errors). The same trainer process waits, with one line
+    for the lost connection and status `waiting-for-rollouts`; once `up -d env-server` is healthy the warm-up runs
+    again, once, and training goes on at the step after the checkpoint the stop saved. The case above killed
+    env-server mid-run only, a phase whose waits were already caught."""
+    run_line = f"trainer: run {stack.run_dir.name} -> "
+    stack.compose("stop", "trainer", timeout=600)  # SIGTERM: saved and resumed as in the SIGTERM case below
+    assert stack.state("trainer") == ("exited", 0), trainer_log(stack)[-3000:]
+    saved = checkpoints(stack)[-1]
+    stack.saves.update(checkpoints(stack))
+    lost = max(steps_logged(stack)) - saved
+    # With the stopped trainer's sandboxes closed, the next sandbox of this stack can only be the warm-up's.
+    stack.wait_for("the stopped trainer's sandboxes to close", lambda: not sandboxes(stack), CLOSE_S, poll_s=2)
+    log = trainer_log(stack)
+    runs_before, tasks_before, done_before = log.count(run_line), len(TASKS_LINE.findall(log)), log.count(WARM_UP_DONE)
+    lines_before = len(steps_logged(stack))
+    t_restart = time.time()
+    try:
+        stack.compose("up", "-d", "trainer", timeout=600)  # re-runs preflight with the rest of the stack up
+        started = trainer_run(stack)
+
+        def warm_up_in_flight():
+            # The restarted trainer printed its task line and not yet the warm-up's end, and a sandbox runs: that
+            # sandbox is the warm-up rollout's, and its websocket call stays open until the sandbox is gone.
+            log = trainer_log(stack)
+            if log.count(WARM_UP_DONE) > done_before:
+                return "done before its sandbox was seen", set(), log
+            if len(TASKS_LINE.findall(log)) <= tasks_before:
+                return None
+            boxes = sandboxes(stack)
+            return ("in flight", boxes, log) if boxes else None
+
+        phase, boxes, log = stack.wait_for("the warm-up rollout in flight", warm_up_in_flight, WARM_UP_IN_FLIGHT_S, 1)
+        assert phase == "in flight", (
+            f"the restarted trainer's warm-up ended before its sandbox was seen:\n{log[-3000:]}"
+        )
+        # At once: every second spent here is one in which the warm-up might end before the kill.
+        stack.compose("kill", "env-server")
+        t0 = time.time()
+        waits_before = len(WAIT_LINE.findall(log))
+        # The warm-up cannot end with the env server gone: a done line now means it ended before the kill landed.
+        assert trainer_log(stack).count(WARM_UP_DONE) == done_before, "the warm-up ended before the kill landed"
+        assert log.count(run_line) == runs_before + 1 and f"(resuming from checkpoint-{saved})" in log, log[-3000:]
+        waiting = stack.wait_for(
+            "the restarted trainer to say it waits for rollouts",
+            lambda: st if (st := status(stack)).get("state") == "waiting-for-rollouts" else None,
+            WARM_UP_WAIT_SAID_S,
+            poll_s=1,
+        )
+        said = time.time() - t0
+        assert f"env server {ENV_SERVER}" in waiting["reason"], waiting
+        assert waiting["last_checkpoint"] == f"checkpoint-{saved}", waiting  # the restarted trainer's own status
+        # Its one line for the lost rollout. Further lines follow only where the reason changes: the server
+        # unreachable while it is down, then refusing until tunnel-check has verified the new capture proxy.
+        stack.wait_for("the waiting line", lambda: len(WAIT_LINE.findall(trainer_log(stack))) > waits_before, 30, 1)
+        said_lines = WAIT_LINE.findall(trainer_log(stack))[waits_before:]
+        assert said_lines[0] == LOST_LINE, said_lines
+        # Compose leaves a `docker kill`ed service down (docker-kill(1)); the trainer waits, the same process.
+        stack.wait_for("env-server to be down", lambda: stack.state("env-server")[0] == "exited", 30, poll_s=1)
+        assert stack.state("trainer")[0] == "running" and trainer_run(stack) == started, trainer_log(stack)[-3000:]
+
+        stack.compose("up", "-d", "env-server", timeout=600)
+        preflight_log = stack.compose("logs", "--no-color", "preflight", check=False).stdout
+        assert stack.state("preflight") == ("exited", 0), preflight_log
+        stack.wait_for("env-server healthy", lambda: stack.health("env-server") == "healthy", 300)
+        healthy = time.time() - t0
+        first = wait_for_step(stack, 1, since=lines_before, timeout_s=STEP_TIMEOUT_S)
+        stepped = time.time() - t0
+    finally:
+        # A failure above must not leave the later cases a stack without env-server or trainer.
+        for service in ("env-server", "trainer"):
+            if stack.state(service)[0] != "running":
+                stack.compose("up", "-d", service, timeout=600, check=False)
+
+    # The same trainer all along: same container, same start, no restart, no death in Docker's own event stream.
+    assert stack.state("trainer")[0] == "running" and trainer_run(stack) == started, (started, trainer_run(stack))
+    assert not [e for e in stack.events if e["service"] == "trainer" and e["status"] == "die" and e["time"] > t_restart]
+    log = trainer_log(stack)
+    this_run = log[log.rindex(run_line) :]
+    assert "Traceback" not in this_run, this_run[this_run.index("Traceback") :][:3000]
+    assert log.count(WARM_UP_DONE) == done_before + 1, "the warm-up did not run again, once, and pass"
+    lines = log.splitlines()
+    killed_at = [i for i, line in enumerate(lines) if WAIT_LINE.match(line)][waits_before]
+    done_at = [i for i, line in enumerate(lines) if WARM_UP_DONE in line][done_before]
+    waits = [line for line in lines[killed_at:done_at] if WAIT_LINE.match(line)]
+    assert sum("lost during the rollout" in line for line in waits) == 1, waits
+    assert sum(ACCEPTED in line for line in lines[killed_at:done_at]) == 1, lines[killed_at : done_at + 1]
+    # 0 steps lost: the stop saved the last logged step, and the resumed run's first step is the one after it.
+    assert lost == 0 and steps_logged(stack)[lines_before] == saved + 1, (lost, saved, steps_logged(stack))
+    # The killed env server's warm-up sandbox was reaped when it started again.
+    assert not boxes & sandboxes(stack), sorted(boxes & sandboxes(stack))
+    figure = (
+        f"waiting said {said:.0f} s, env-server healthy {healthy:.0f} s, step {first} logged {stepped:.0f} s after the "
+        f"kill; {len(waits)} waiting line(s); checkpoint-{saved}, resumed at step {saved + 1}, {lost} steps lost; the "
+        "trainer never exited"
+    )
+    stack.figures["env-server docker kill during the warm-up"] = figure
+    print(f"\nfaults: env-server docker kill during the warm-up: {figure}")
 
 
 def test_sigterm_saves_a_checkpoint_and_resume_loses_no_step(stack):

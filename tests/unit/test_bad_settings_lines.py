@@ -108,9 +108,10 @@ CASES = [
     Case(
         "TASK_ENV_ALLOW",
         "E2B_API_KEY,HF_TOKEN",
-        "TASK_ENV_ALLOW='E2B_API_KEY,HF_TOKEN' entry 'E2B_API_KEY' names a secret, and tasks run code from the "
-        "dataset and from the model being trained, which would read it: remove E2B_API_KEY from TASK_ENV_ALLOW (a "
-        "task that needs a credential of its own gets it as a literal in its task.toml env table)",
+        "TASK_ENV_ALLOW='E2B_API_KEY,HF_TOKEN' entries 'E2B_API_KEY', 'HF_TOKEN' name secrets, and tasks run code "
+        "from the dataset and from the model being trained, which would read them: remove E2B_API_KEY and HF_TOKEN "
+        "from TASK_ENV_ALLOW (a task that needs a credential of its own gets it as a literal in its task.toml env "
+        "table)",
         "env-server-settings",
     ),
     Case(
@@ -296,6 +297,19 @@ def test_one_line_naming_the_variable_the_value_and_the_fix(tmp_path, case):
     assert FIX.search(line.split(value, 1)[1]), line  # after the value: the fix
     if case.inner:
         assert case.inner not in line
+
+
+def test_two_bad_env_server_settings_are_two_lines(tmp_path):
+    """env-server's reader raised at the first of a wildcard CAPTURE_HOST and a plain-http DIRECT_URL for E2B
+    sandboxes, so preflight printed that one and hid the other until it was fixed and preflight ran again."""
+    (wildcard,) = (c for c in CASES if (c.setting, c.value) == ("CAPTURE_HOST", "0.0.0.0"))
+    (plain,) = (c for c in CASES if c.setting == "DIRECT_URL" and c.value.startswith("http://"))
+    both = Case(wildcard.setting, wildcard.value, "", wildcard.check, also={**plain.also, plain.setting: plain.value})
+    env, failures = preflight(both, tmp_path)
+    assert [(f.check, f.message) for f in failures] == [
+        (wildcard.check, expected(wildcard, env)),
+        (plain.check, expected(plain, env)),
+    ]
 
 
 def test_env_server_refuses_max_output_tokens_0_too():

@@ -44,6 +44,45 @@ def test_https_or_a_local_sandbox_may_use_direct(env):
     assert Settings.from_env(env).direct_url == env["DIRECT_URL"]
 
 
+WILDCARD_LINE = (
+    "CAPTURE_HOST='0.0.0.0' would publish the capture proxy on every interface: set it to 127.0.0.1 (behind a "
+    "tunnel) or to the one address the sandboxes route to (TUNNEL_PROVIDER=direct)"
+)
+PLAIN_HTTP_LINE = (
+    "DIRECT_URL=http://203.0.113.5:8100 is plain http but SANDBOX=e2b sandboxes reach it across the internet, where "
+    "each sandbox's session key would travel in clear text: put TLS in front of the capture port and use an https:// "
+    "DIRECT_URL, or use TUNNEL_PROVIDER=cloudflared"
+)
+
+
+def test_a_wildcard_capture_host_and_a_plain_http_direct_url_are_both_reported():
+    """Each used to raise at once, hiding every other bad env-server setting (preflight prints one line per
+    problem) until it was fixed and the stack started again."""
+    env = {
+        "CAPTURE_HOST": "0.0.0.0",
+        "TUNNEL_PROVIDER": "direct",
+        "SANDBOX": "e2b",
+        "DIRECT_URL": "http://203.0.113.5:8100",
+        "CAPTURE_MAX_BODY_MB": "100000",
+    }
+    with pytest.raises(EnvError) as exc:
+        Settings.from_env(env)
+    assert exc.value.problems == [
+        WILDCARD_LINE,
+        PLAIN_HTTP_LINE,
+        "CAPTURE_MAX_BODY_MB='100000' is above 64: set it in 1-64 (a full 32k-token context is ~150 KB of JSON; each "
+        "request's body is held in memory) (default 8)",
+    ]
+
+
+def test_a_wildcard_capture_host_behind_a_tunnel_is_one_line_not_two():
+    """The tunnel rule (loopback or the bridge behind a tunnel) reads the default in the refused value's place:
+    the wildcard is one problem, said once."""
+    with pytest.raises(EnvError) as exc:
+        Settings.from_env({"CAPTURE_HOST": "0.0.0.0", "TUNNEL_PROVIDER": "cloudflared", "TASK_ENV_ALLOW": "*"})
+    assert exc.value.problems == [WILDCARD_LINE, f"TASK_ENV_ALLOW='*' entry '*' {FIX_NAME}"]
+
+
 def test_front_defaults_and_task_env_allow_list():
     s = Settings.from_env({"TASK_ENV_ALLOW": "TEST_DIR, MY_VAR"})
     assert (s.capture_max_body_mb, s.capture_max_concurrent) == (8, 64)
@@ -107,6 +146,13 @@ def secret_line(value: str, name: str) -> str:
     )
 
 
+SECRETS_FIX = (
+    "name secrets, and tasks run code from the dataset and from the model being trained, which would read them: "
+    "remove {names} from TASK_ENV_ALLOW (a task that needs a credential of its own gets it as a literal in its "
+    "task.toml env table)"
+)
+
+
 @pytest.mark.parametrize(
     "value, line",
     [
@@ -114,7 +160,28 @@ def secret_line(value: str, name: str) -> str:
         ("TEST_*", f"TASK_ENV_ALLOW='TEST_*' entry 'TEST_*' {FIX_NAME}"),
         ("MY_VAR,[A-Z]*", f"TASK_ENV_ALLOW='MY_VAR,[A-Z]*' entry '[A-Z]*' {FIX_NAME}"),
         ("MY VAR", f"TASK_ENV_ALLOW='MY VAR' entry 'MY VAR' {FIX_NAME}"),
-        ("E2B_API_KEY,HF_TOKEN", secret_line("E2B_API_KEY,HF_TOKEN", "E2B_API_KEY")),
+        # Every secret entry in the one line, not the first alone (the operator fixed them one restart at a time).
+        (
+            "E2B_API_KEY,HF_TOKEN",
+            "TASK_ENV_ALLOW='E2B_API_KEY,HF_TOKEN' entries 'E2B_API_KEY', 'HF_TOKEN' "
+            + SECRETS_FIX.format(names="E2B_API_KEY and HF_TOKEN"),
+        ),
+        (
+            "HF_TOKEN,TEST_DIR,WANDB_API_KEY,HF_TOKEN,DB_PASSWORD",
+            "TASK_ENV_ALLOW='HF_TOKEN,TEST_DIR,WANDB_API_KEY,HF_TOKEN,DB_PASSWORD' entries 'HF_TOKEN', "
+            "'WANDB_API_KEY', 'DB_PASSWORD' " + SECRETS_FIX.format(names="HF_TOKEN, WANDB_API_KEY and DB_PASSWORD"),
+        ),
+        (
+            "TEST_*,*",
+            "TASK_ENV_ALLOW='TEST_*,*' entries 'TEST_*', '*' are not variable names"
+            + FIX_NAME.removeprefix("is not a variable name"),
+        ),
+        # Both kinds in one value: one line, both halves.
+        (
+            "*,HF_TOKEN",
+            f"TASK_ENV_ALLOW='*,HF_TOKEN' entry '*' {FIX_NAME}; "
+            + secret_line("", "HF_TOKEN").removeprefix("TASK_ENV_ALLOW='' "),
+        ),
         ("MY_VAR,HF_TOKEN", secret_line("MY_VAR,HF_TOKEN", "HF_TOKEN")),
         ("HUB_TOKEN", secret_line("HUB_TOKEN", "HUB_TOKEN")),
         ("WANDB_API_KEY", secret_line("WANDB_API_KEY", "WANDB_API_KEY")),
