@@ -203,6 +203,8 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
         # sync reported, what the engine serves checked, a lost engine stopping the run (weights.chain).
         trainer.weight_transfer, served, _ = weights.chain(trainer.weight_transfer, s, os.environ)
         trainer.callback_handler.callbacks.insert(0, served.callback())
+        # Groups started while the engine still serves older weights are stamped with that older version.
+        worker.served = served
     # First in line, so trackio/tensorboard and status.json see the run total of samples TRL dropped
     # for exceeding TOKEN_BUDGET in the same `logs` dict (TRL itself logs only per-window counts).
     trainer.callback_handler.callbacks.insert(0, dropped.callback())

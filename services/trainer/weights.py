@@ -202,6 +202,11 @@ class ServedVersion:
     after that counts as the new version. When the engine did not take the push (its version did not move by one,
     or it is still paused), those rollouts were sampled from the OLD weights: `stale` turns 1 and `lag` says by how
     many pushes, and the trainer logs both (`weights/engine_stale`, `weights/engine_version_lag`) every step.
+
+    `behind` is what the rollout worker is told (worker.HarborRolloutWorker.update_model_version): how many of
+    TRL's versions the weights the engine serves NOW are behind the trainer's. Not `lag`: every push sends every
+    weight, so a push that lands after one that did not brings the engine fully up to date (behind 0) while its
+    update counter stays one short for good (lag 1). Only an engine that reports a version can say; else 0.
     """
 
     def __init__(self, inner, engine_url: str, probe: Callable[[str], tuple[int | None, bool | None]] = served_version):
@@ -213,6 +218,7 @@ class ServedVersion:
         self.served: int | None = None
         self.lag: int | None = None
         self.stale: float | None = None
+        self.behind = 0
 
     def init_weight_transfer(self) -> None:
         self.inner.init_weight_transfer()
@@ -228,6 +234,7 @@ class ServedVersion:
         self.pushes += 1
         version, paused = self.probe(self.engine_url)
         if version is not None:
+            self.behind = 0 if self.served is None or version > self.served else self.behind + 1
             if self.base is None:
                 self.base = version - (self.pushes - 1)
             self.served = version

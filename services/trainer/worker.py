@@ -85,6 +85,8 @@ class HarborRolloutWorker(HarnessRolloutWorker):
         super().__init__(**kwargs)
         # The main process's (never the child's: TRL pickles only the loop's kwargs), probed in check_health.
         self.engine_watch = engine_watch
+        # weights.ServedVersion (set by train.py): what the engine serves after each push.
+        self.served = None
         self._gate: StartGate | None = None
         self._prestart: threading.Thread | None = None
         self._prestart_error: BaseException | None = None
@@ -111,6 +113,17 @@ class HarborRolloutWorker(HarnessRolloutWorker):
 
         self._prestart = threading.Thread(target=spawn, name="rollout-child-prestart", daemon=True)
         self._prestart.start()
+
+    def update_model_version(self, model_version: int) -> None:
+        """The version the rollout child stamps new groups with: TRL's, less the pushes the engine did not take.
+
+        TRL 1.16.0 calls this right after the push's `resume()` (`_sync_weight_merged`), where ServedVersion has
+        just asked the engine what it serves. A group stamped with TRL's version although the engine still serves
+        older weights would count as on-policy; stamped with the served one, TRL's own staleness rule ages it from
+        the weights it was really sampled from (and drops it past max_staleness), and the staleness and mismatch
+        figures attribute its drift to staleness."""
+        behind = self.served.behind if self.served is not None else 0
+        super().update_model_version(model_version - behind)
 
     def start(self) -> None:
         if self._prestart is None:

@@ -49,3 +49,18 @@ def test_vllm_reports_no_version_but_a_paused_engine_is_a_mismatch():
     silent = ServedVersion(Backend(), "http://engine", probe=lambda url: (None, None))
     push(silent)
     assert silent.metrics() == {}  # an engine that says nothing: no figure rather than a made-up 0
+
+
+def test_behind_counts_the_pushes_the_served_weights_miss_and_a_later_push_that_lands_clears_it():
+    # Push 3 and 4 did not land, push 5 did: every push sends every weight, so after push 5 the engine serves the
+    # trainer's weights (behind 0) although its update counter stays two short (lag 2).
+    versions = iter([3, 4, 4, 4, 5])
+    served = ServedVersion(Backend(), "http://engine", probe=lambda url: (next(versions), False))
+    seen = []
+    for _ in range(5):
+        push(served)
+        seen.append((served.behind, served.lag))
+    assert seen == [(0, 0), (0, 0), (1, 1), (2, 2), (0, 2)]
+    silent = ServedVersion(Backend(), "http://engine", probe=lambda url: (None, True))
+    push(silent, 2)
+    assert silent.behind == 0  # vLLM names no version: nothing to subtract

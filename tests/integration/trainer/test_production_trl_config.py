@@ -1,0 +1,34 @@
+"""The AsyncGRPOConfig the trainer builds (train.trl_config) carries issue 31's defaults to TRL.
+
+tests/integration/trainer/test_weights_move.py steps an optimizer from precision.trl_kwargs() and
+tests/unit/trainer/test_staleness.py checks staleness.max_staleness_for; this checks the one place both reach TRL,
+so dropping either from trl_config fails here: float32 parameters and AdamW state with bf16 autocast on the GPU
+(nccl), and max_staleness 16 at the production batch shape (TRL's own default, 4, dropped ~60% of samples there).
+The CPU form (compose.cpu.yaml: TOKEN_BUDGET=0, PER_DEVICE_TRAIN_BATCH_SIZE = NUM_GENERATIONS = 2) trains one
+whole group per step, where TRL's 4 already fits.
+
+Runs in the trainer image: tests/run-in-image trainer -q tests/integration/trainer/test_production_trl_config.py
+"""
+
+import transformers.training_args
+
+from trainer import config, train
+
+
+def trl(tmp_path, **env):
+    s = config.from_env({"BUCKET_DIR": str(tmp_path), **env})
+    return train.trl_config(s, "none", {}, cpu=s.weight_transfer != "nccl")
+
+
+def test_production_defaults_reach_trl(tmp_path, monkeypatch):
+    # The config is TRL's real one; only transformers' "is there a bf16 GPU" check is answered yes, as on the card.
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    args = trl(tmp_path)
+    assert (args.dtype, args.bf16, args.fp16) == ("float32", True, False)
+    assert (args.learning_rate, args.max_staleness, args.token_budget) == (1e-6, 16, 32768)
+
+
+def test_cpu_form_defaults_reach_trl(tmp_path):
+    env = {"WEIGHT_TRANSFER": "mock", "NUM_GENERATIONS": "2", "TOKEN_BUDGET": "0", "PER_DEVICE_TRAIN_BATCH_SIZE": "2"}
+    args = trl(tmp_path, **env)
+    assert (args.dtype, args.bf16, args.max_staleness) == ("float32", False, 4)
