@@ -303,7 +303,7 @@ PICK_POLICY_DOCKERFILE = "images/pick-policy/Dockerfile"
 
 
 def test_only_the_form_that_learns_pays_for_the_pick_policy():
-    """The pick policy's fit (about 170 CPU-s; 414 s of wall time in a loaded build) was in the plain
+    """The pick policy's fit (about 600 CPU-s; 549 s of wall time on 2 cores) was in the plain
     mock-engine image, so every cold `scripts/cpu-up` paid for a policy it never served. It is fitted into
     images of compose.learn.yaml's own, FROM the plain ones, each built by one service."""
     assert "build_policy" not in (ROOT / "images" / "mock-engine" / "Dockerfile").read_text()
