@@ -100,12 +100,18 @@ ensure_compose() {
   CPU_COMPOSE=("${COMPOSE[@]}" --project-directory "$REPO" -f "$REPO/compose.yaml" -f "$REPO/compose.cpu.yaml")
 }
 
+# The trainer's image in the form asked for: compose.yaml's in both plain forms, compose.learn.yaml's with --learn.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+TRAINER_IMAGE=asyncgrpo-harbor/trainer:${IMAGE_TAG:-local}
+
 # `--learn` as the first argument after --cpu: the CPU form that learns (compose.learn.yaml: the pick-answer
 # policy on its task family, nothing scripted). Adds the overlay to CPU_COMPOSE; returns 0 when it was asked
 # for, so the caller shifts it off.
 learn_overlay() {
   [[ ${1:-} == --learn ]] || return 1
   CPU_COMPOSE+=(-f "$REPO/compose.learn.yaml")
+  # shellcheck disable=SC2034  # used by the scripts that source this file
+  TRAINER_IMAGE=asyncgrpo-harbor/trainer-learn:${IMAGE_TAG:-local}
 }
 
 # Runs a command with its output in `log` (the second argument), printing one line at least every
