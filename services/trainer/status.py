@@ -35,6 +35,8 @@ from pathlib import Path
 
 from stack import atomic
 
+from . import summary_log
+
 # status.json field -> TRL/harbor metric key
 METRICS = {
     "reward_mean": "harbor/reward_mean",
@@ -61,6 +63,8 @@ METRICS = {
     "step_s": "perf/step_s",
     "rollout_wait_s": "perf/rollout_wait_s",
 }
+# Run totals, not a step's figures: the end-of-training summary log carries them too, and they stay true there.
+RUN_TOTALS = frozenset({"dropped_oversize_total"})
 
 
 def _num(value):
@@ -71,8 +75,11 @@ def _num(value):
 
 def status_fields(logs: dict) -> dict:
     """The status.json fields one logged step sets: only the metrics present in `logs` (a window without
-    multi-turn rollouts logs no fork figure, and must not blank the last one), non-finite values as None."""
-    return {name: _num(logs.get(key)) for name, key in METRICS.items() if key in logs}
+    multi-turn rollouts logs no fork figure, and must not blank the last one), non-finite values as None.
+    The Trainer's end-of-training summary sets only the run totals: its other figures are of groups that finished
+    after the last step and were never trained on (trainer/summary_log.py), so the last step's stay."""
+    names = RUN_TOTALS if summary_log.is_summary(logs) else METRICS.keys()
+    return {name: _num(logs.get(METRICS[name])) for name in names if METRICS[name] in logs}
 
 
 class RunStatus:
