@@ -20,6 +20,8 @@ HOST = {
         "c4|other-web-1|other|",
         "c5|asyncgrpo-harbor-fork-web-1|asyncgrpo-harbor-fork|",
         "c6|plain||",
+        "c7|asyncgrpo-learn-trainer-1|asyncgrpo-learn|",
+        "c8|asyncgrpo-learner-web-1|asyncgrpo-learner|",
     ],
     "networks": [
         "n1|asyncgrpo-harbor_default|asyncgrpo-harbor",
@@ -72,6 +74,7 @@ REMOVED_FROM_DOCKER = [
     "rm -f -v c1",
     "rm -f -v c2",
     "rm -f -v c3",
+    "rm -f -v c7",
     "network rm n1",
     "network rm n3",
     "volume rm asyncgrpo-harbor_handoff",
@@ -138,6 +141,7 @@ def test_dry_run_lists_everything_of_ours_and_removes_nothing(fake_repo, stub_bi
         "container asyncgrpo-harbor-trainer-1",
         "container asyncgrpo-smoke--count-lines-ab12cd34__x-main-1",
         "container es-it-abc-env-server",
+        "container asyncgrpo-learn-trainer-1",
         "network asyncgrpo-harbor_default",
         "network asyncgrpo-smoke--t-1__env_default",
         "volume asyncgrpo-harbor_handoff",
@@ -155,7 +159,7 @@ def test_dry_run_lists_everything_of_ours_and_removes_nothing(fake_repo, stub_bi
         f"{litter}/asyncgrpo-es-wheelhouse",
         f"{home}/.docker/cli-plugins/docker-compose (a link into this clone's .venv)",
     ]
-    assert out.stdout.splitlines()[-1] == "dry run: 19 thing(s) would be removed"
+    assert out.stdout.splitlines()[-1] == "dry run: 20 thing(s) would be removed"
     assert docker_removals(tmp_path) == []
     assert (fake_repo / ".run" / "bucket").is_dir() and (litter / "asyncgrpo-rollout-gate-x1y2").is_dir()
     assert (home / ".docker" / "cli-plugins" / "docker-compose").is_symlink()
@@ -171,7 +175,7 @@ def test_clean_removes_exactly_ours(fake_repo, stub_bin, tmp_path, host):
     assert sorted(p.name for p in litter.iterdir()) == ["keep.log", "someone-elses"]
     assert sorted(p.name for p in fake_repo.iterdir()) == ["scripts"]
     assert list((home / ".docker" / "cli-plugins").iterdir()) == []
-    assert out.stdout.splitlines()[-1] == "removed 19 thing(s)"
+    assert out.stdout.splitlines()[-1] == "removed 20 thing(s)"
 
 
 def test_a_pulled_python_image_and_another_clones_plugin_link_stay(fake_repo, stub_bin, tmp_path, host):
