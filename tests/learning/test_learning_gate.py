@@ -80,6 +80,11 @@ def stack():
     }
     if CONTROL:
         values["MOCK_FAULTS"] = "weights_not_served"
+        # The control must reach the evaluation whose assertion it has to fail. Unserved weights also make the
+        # trainer's logprobs drift from the engine's, and the mismatch rule may stop the run first (a guard of
+        # its own, tested in tests/integration/trainer/test_mismatch_trl.py); that would end the control
+        # before it shows the gate failing.
+        values["STOP_MISMATCH_KL"] = "off"
     bucket, trials, env_file = prepare_run("learning", PROJECT, values)
     s = Stack(env_file=env_file, env=clean_env(), project=PROJECT, overlays=("compose.learn.yaml",))
     s.bucket, s.trials, s.run_dir, s.run_name = bucket, trials, bucket / "checkpoints" / run_name, run_name
