@@ -181,7 +181,9 @@ def collect(project: str) -> dict:
     settings = {name: s.pop("settings", {}) for name, s in svc.items()}
     ports = {}
     for values in settings.values():
-        ports.update({k: v for k, v in values.items() if k.endswith("_PORT")})
+        # Compose passes an unset port as "" (`${ENGINE_PORT:-}`: the service's own default); taken as the port,
+        # a fresh clone without .env read `http://127.0.0.1:/v1/models` and called a healthy engine unreachable.
+        ports.update({k: v for k, v in values.items() if k.endswith("_PORT") and v})
     bucket = next((s["bucket"] for s in svc.values() if s.get("bucket")), None)
     running = {n for n, s in svc.items() if s["state"] == "running"}
     st = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from stack.facts import DEFAULT_PORTS
 from stackstatus import figures, report
 from stackstatus.verdict import verdict
 
@@ -101,3 +102,28 @@ def test_collect_passes_the_trainer_containers_state_to_the_verdict(monkeypatch)
         "? sandboxes in flight"
     )
     assert "\n  trainer       running           starting\n" in report.human(st)
+
+
+def test_collect_reads_an_empty_port_setting_as_the_default(monkeypatch):
+    """Compose passes an unset port as "" (the service's own default). A fresh clone without .env read the engine
+    at `http://127.0.0.1:/v1/models` and the env server likewise, and called both unreachable while healthy."""
+    running = {**container("running", None, "healthy"), "started_at": "", "bucket": None, "id": "x"}
+    svc = {
+        "engine": {**running, "settings": {"ENGINE_PORT": "", "CAPTURE_PORT": ""}},
+        "env-server": {**running, "settings": {"ENV_SERVER_PORT": "", "ENGINE_PORT": ""}},
+    }
+    asked = {}
+    monkeypatch.setattr(report, "containers", lambda project: svc)
+    monkeypatch.setattr(report, "handoff", lambda project: {"state": "no hand-off volume (stack never started)"})
+    monkeypatch.setattr(report, "training", lambda bucket: {"bucket": bucket, "missing": "no status"})
+    monkeypatch.setattr(report, "gpus", lambda: [])
+    monkeypatch.setattr(report, "engine_proven", lambda cid: None)
+    monkeypatch.setattr(report, "engine_level", lambda port, **kw: asked.setdefault("engine", port) and {})
+    monkeypatch.setattr(report, "engine_metrics", lambda port: asked.setdefault("metrics", port) and {})
+    monkeypatch.setattr(report, "env_server", lambda port: asked.setdefault("env_server", port) and {})
+    report.collect("proj")
+    assert asked == {
+        "engine": DEFAULT_PORTS["ENGINE_PORT"],
+        "metrics": DEFAULT_PORTS["ENGINE_PORT"],
+        "env_server": DEFAULT_PORTS["ENV_SERVER_PORT"],
+    }
