@@ -113,14 +113,18 @@ def test_collect_reads_an_empty_port_setting_as_the_default(monkeypatch):
         "env-server": {**running, "settings": {"ENV_SERVER_PORT": "", "ENGINE_PORT": ""}},
     }
     asked = {}
+
+    def probe(name):
+        return lambda port, **kw: asked.update({name: port}) or {}
+
     monkeypatch.setattr(report, "containers", lambda project: svc)
     monkeypatch.setattr(report, "handoff", lambda project: {"state": "no hand-off volume (stack never started)"})
     monkeypatch.setattr(report, "training", lambda bucket: {"bucket": bucket, "missing": "no status"})
     monkeypatch.setattr(report, "gpus", lambda: [])
     monkeypatch.setattr(report, "engine_proven", lambda cid: None)
-    monkeypatch.setattr(report, "engine_level", lambda port, **kw: asked.setdefault("engine", port) and {})
-    monkeypatch.setattr(report, "engine_metrics", lambda port: asked.setdefault("metrics", port) and {})
-    monkeypatch.setattr(report, "env_server", lambda port: asked.setdefault("env_server", port) and {})
+    monkeypatch.setattr(report, "engine_level", probe("engine"))
+    monkeypatch.setattr(report, "engine_metrics", probe("metrics"))
+    monkeypatch.setattr(report, "env_server", probe("env_server"))
     report.collect("proj")
     assert asked == {
         "engine": DEFAULT_PORTS["ENGINE_PORT"],
