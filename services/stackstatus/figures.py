@@ -49,7 +49,8 @@ def describe_engine(f: dict) -> str:
 def forking(training: dict) -> str:
     """The training line's forking figures and label, from the fractions the trainer logs (status.json):
     TRL's `fork_frac` (turn transitions that forked: what the STOP_FORKING_FRAC rule reads) and
-    `forked_rollout_frac` (rollouts with a forked transition). Rows per rollout is not the tell: TRL keeps
+    `forked_rollout_frac` (rollouts with a forked transition), and beside them `retry_frac` (the agent's dropped-reply
+    retries, excluded from both). Rows per rollout is not the tell: TRL keeps
     only rows holding a trained token, so a fully forked rollout can come back as one row."""
     fork, rollouts = training.get("fork_frac"), training.get("forked_rollout_frac")
 
@@ -57,6 +58,9 @@ def forking(training: dict) -> str:
         return "?" if x is None else f"{100 * float(x):.0f}%"
 
     line = f"forked {pct(fork)} of turn transitions, {pct(rollouts)} of rollouts"
+    if training.get("retry_frac") is not None:
+        # The agent's format-error retries (trainer/retries.py): forks by design, counted in neither figure above.
+        line += f"; {pct(training['retry_frac'])} of multi-turn rollouts retried a rejected reply"
     if (fork or 0) > 0 or (rollouts or 0) > 0:
         line += "  (FORKING: re-rendered prompts; stop rule STOP_FORKING_FRAC reads the transitions)"
     return line

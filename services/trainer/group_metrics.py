@@ -28,9 +28,12 @@ def forked(sequences: int, tally: Mapping | None) -> bool:
     branches train nothing (masked on ingest, zero-filled logprobs, demoted auxiliary calls) comes back
     as ONE row. Counting rows (`sequences > 1`) read 0.0 in the very log where TRL's `fork_frac` read 1.0
     (the mock's `fork` fault; trainer/README.md); the tally cannot miss a fork. Rows stay the fallback
-    for a caller without a tally.
+    for a caller without a tally. With a tally they are not consulted: a dropped-reply retry (trainer/retries.py)
+    also trains two rows, and it is not a fork.
     """
-    return bool((tally or {}).get("fork", 0)) or sequences > 1
+    if not tally:
+        return sequences > 1
+    return bool(tally.get("fork", 0))
 
 
 def add_rollout(rates: dict, *, sequences: int, loop_exhausted: bool, tally: Mapping | None = None) -> None:
@@ -38,6 +41,9 @@ def add_rollout(rates: dict, *, sequences: int, loop_exhausted: bool, tally: Map
     # A multi-turn rollout should be ONE chained training row (each turn's prompt extends the last); a
     # rollout with a forked turn transition is the forking tell, over all rollouts with a result.
     add(rates, "harbor/forked_rollout_frac", float(forked(sequences, tally)))
+    if tally is not None and tally.get("transitions", 0):
+        # Over multi-turn rollouts, as TRL's fork_frac is over their transitions: a retry needs a second turn.
+        add(rates, "rollout/retry_frac", float(bool(tally.get("retry", 0))))
 
 
 def add_group(rates: dict, rewards: list, tool_call_counts: list) -> None:

@@ -6,8 +6,8 @@ status.json is small, rewritten atomically after every logged step and every che
      failed, "reason" (why it waits or stopped), "step", "max_steps",
      "reward_mean", "reward_std", "zero_spread_frac", "unscorable_frac", "timeout_frac",
      "tool_calls_mean", "turns_mean", "samples_per_rollout", "forked_rollout_frac",
-     "dropped_oversize_total", "fork_frac", "mismatch_kl", "logprob_absdiff_max", "staleness_mean", "step_s",
-     "rollout_wait_s", "last_checkpoint", "error",
+     "dropped_oversize_total", "fork_frac", "retry_frac", "mismatch_kl", "logprob_absdiff_max", "staleness_mean",
+     "step_s", "rollout_wait_s", "last_checkpoint", "error",
      "updated_at", "started_at", "first_step_at" (unix times), "first_step_after_s" (first step's end minus the
      process start), "stop_rule" (trainer.stop_rules, when one stopped the run)}
 
@@ -16,6 +16,8 @@ and "hub" (the Hub push state, trainer/publish.py).
 
 `fork_frac` (TRL's share of turn transitions that forked) and `forked_rollout_frac` (rollouts with a forked
 transition, trainer/group_metrics.py) are the forking tell: a healthy multi-turn agent reads 0 on both.
+`retry_frac` (multi-turn rollouts with a dropped-reply retry: the agent resent its conversation without a reply it
+rejected, trainer/retries.py) is kept out of both: it says how often the policy writes format errors, not a defect.
 `mismatch_kl` (nats) and `logprob_absdiff_max` compare the engine's logprobs of the trained tokens with the
 trainer's (trainer/mismatch.py): near 0 when both hold the same weights; `staleness_mean` says how many optimizer
 steps of policy drift they may also carry. `samples_per_rollout` against `turns_mean` is context only: TRL keeps
@@ -53,6 +55,8 @@ METRICS = {
     "stale_frac": "sample/dropped_stale_frac",  # the STOP_STALE_FRAC rule's figure
     # TRL's share of turn transitions that forked: the forking stop rule's figure.
     "fork_frac": "rollout/fork_frac",
+    # Multi-turn rollouts with a dropped-reply retry (trainer/retries.py): forks by design, kept out of fork_frac.
+    "retry_frac": "rollout/retry_frac",
     # Engine vs trainer logprobs of the trained tokens (trainer/mismatch.py): the STOP_MISMATCH_KL rule's figure,
     # the worst token, and the staleness that tells policy drift from a defect.
     "mismatch_kl": "mismatch/kl_mean",

@@ -7,6 +7,8 @@ per-step metrics over the last STOP_WINDOW_STEPS logged steps that carry it:
 - forking (`rollout/fork_frac`, TRL's share of turn transitions that started a new training row
   instead of extending the last one). Chained rollouts read 0; a re-rendering engine or template reads
   1. A forked rollout trains each turn as its own row and its memory grows with the square of its turns.
+  An agent's dropped-reply retry (a format error: the next call resends the conversation without the rejected
+  reply) forks too, by design; trainer/retries.py moves those out of the tally before TRL computes the figure.
 - unscorable (`harbor/unscorable_frac`): rollouts whose sandbox or verifier failed. They leave their
   group's baseline, so a run of nothing else has no signal at all.
 - zero spread (`harbor/zero_spread_frac`): groups whose scored rollouts all got the same reward: zero

@@ -8,6 +8,9 @@ and forks (`rollout/fork_frac`). Added here, under `harbor/`:
 - `unscorable_frac` (reward None: sandbox or verifier failed), `timeout_frac`, `tool_calls_mean`;
 - `forked_rollout_frac`: rollouts with a forked turn transition (TRL's own tally; group_metrics.forked
   says why not rows per rollout). A multi-turn rollout should be ONE chained row.
+- `rollout/retry_frac`: multi-turn rollouts with a dropped-reply retry (an agent's format-error retry, which TRL
+  forks by design). TRL's tally is split first (trainer/retries.py), so `rollout/fork_frac`, the forking stop
+  rule and `forked_rollout_frac` count re-rendered histories only.
 
 Metrics ride TRL's own metric queue from the spawned rollout process to the trainer's `log()`.
 
@@ -22,13 +25,27 @@ import logging
 import threading
 import time
 
-from trl.experimental.async_grpo import async_rollout_worker
+from trl.experimental.async_grpo import async_rollout_worker, openenv_harness
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from . import group_metrics, reward, stop
+from . import group_metrics, retries, reward, stop
 from .rollout_gate import StartGate
 
 logger = logging.getLogger("trainer")
+
+_trl_chain_to_sequences = async_rollout_worker._chain_to_sequences
+
+
+def chain_to_sequences(turns, rollout_id, fork_threshold):
+    """TRL's reconciler, rows untouched, its tally with dropped-reply retries split from forks (trainer/retries.py)."""
+    sequences, tally = _trl_chain_to_sequences(turns, rollout_id, fork_threshold)
+    return sequences, retries.split(tally, retries.count(turns))
+
+
+# TRL 1.16.0's `_HarnessRolloutLoop._run_session` reconciles the turns and hands on only the tally (to
+# `_push_rollout_metrics`, where `rollout/fork_frac` is computed): the turns are seen nowhere else, so the split goes
+# in where it calls the reconciler. Set on import, which the spawned rollout child does to unpickle its loop.
+openenv_harness._chain_to_sequences = chain_to_sequences
 
 
 class HarborRolloutLoop(_HarnessRolloutLoop):

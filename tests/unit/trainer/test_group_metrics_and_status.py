@@ -53,7 +53,12 @@ def test_a_re_rendered_rollout_is_forked_even_when_trl_returns_one_row():
     masked, it returns ONE row. Counting rows read 0.0 here (the bug); the tally reads 1.0."""
     rates = fresh()
     group_metrics.add_rollout(rates, sequences=1, loop_exhausted=False, tally=RE_RENDERED_TALLY)
-    assert window(rates) == {"harbor/forked_rollout_frac": 1.0, "harbor/timeout_frac": 0.0}
+    # A multi-turn rollout: it also counts toward the retry share (it made none; trainer/retries.py).
+    assert window(rates) == {
+        "harbor/forked_rollout_frac": 1.0,
+        "harbor/timeout_frac": 0.0,
+        "rollout/retry_frac": 0.0,
+    }
     group_metrics.add_rollout(rates, sequences=3, loop_exhausted=False, tally=RE_RENDERED_TALLY)
     assert window(rates)["harbor/forked_rollout_frac"] == 1.0
     # A chained 3-turn rollout (one row, clean transitions) and a single-turn one did not fork.
