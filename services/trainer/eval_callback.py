@@ -17,6 +17,7 @@ A failed evaluation is reported in status and the log, never fatal to the run.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,14 @@ class PeriodicEval(TrainerCallback):
         self.rows = rows
         self.s = settings
         self.status = status
-        self.done_steps: set[int] = set()
         self.folder = Path(settings.run_dir) / "evals"
+        # A report already in the run's folder is a step already evaluated. A finished run started again under its
+        # RUN_NAME resumes at its last step and trains nothing, but the Trainer's closing log still reaches on_log
+        # at that step: without this it evaluated the step again (48 rollouts in the CPU learn form) and overwrote
+        # the report the run had been judged on, with another draw of the same weights.
+        self.done_steps: set[int] = {
+            int(m.group(1)) for p in self.folder.glob("step-*.json") if (m := re.fullmatch(r"step-(\d+)\.json", p.name))
+        }
 
     def due(self, step: int, max_steps: int) -> bool:
         every = self.s.evaluation.steps

@@ -181,3 +181,33 @@ def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys)
     assert "| base tiny | local (trained on) | 2 | 4 / 4 |" in card and "| step 2 | local (trained on) | 2 |" in card
     assert "## Training reward" in card and "| trl | 1.16.0 |" in card and TOKEN not in card
     assert stack["hub"].created[-1] == {"name": "tiny-harbor", "organization": "me", "visibility": "private"}
+
+
+def test_a_step_already_evaluated_is_not_evaluated_again(tmp_path):
+    """A finished run started again under its RUN_NAME resumes at its last step and trains nothing, but the
+    Trainer's closing log reaches PeriodicEval.on_log at that step. The report in the run's folder says the step was
+    evaluated: no second evaluation (48 rollouts in the CPU learn form), and the report the run was judged on stays."""
+    from types import SimpleNamespace
+
+    from trainer.eval_callback import PeriodicEval
+
+    evals = tmp_path / "run" / "evals"
+    evals.mkdir(parents=True)
+    report = evals / "step-2.json"
+    report.write_text('{"step": 2, "label": "step 2"}')
+
+    class NoRunner:
+        def __getattr__(self, name):
+            raise AssertionError(f"step 2 evaluated again (runner.{name})")
+
+    def status_update(**fields):
+        raise AssertionError(f"step 2 evaluated again (status {fields})")
+
+    settings = SimpleNamespace(run_dir=str(tmp_path / "run"), evaluation=SimpleNamespace(steps=2))
+    cb = PeriodicEval(NoRunner(), rows=[], settings=settings, status=SimpleNamespace(update=status_update))
+    logs = {"train_runtime": 1.0}
+    cb.on_log(None, SimpleNamespace(global_step=2, max_steps=2), None, logs=logs)
+    assert logs == {"train_runtime": 1.0}
+    assert report.read_text() == '{"step": 2, "label": "step 2"}'
+    # Steps without a report are still due: the schedule itself is unchanged.
+    assert (cb.due(2, 4), cb.due(4, 4), cb.due(3, 5), cb.due(5, 5)) == (False, True, False, True)
