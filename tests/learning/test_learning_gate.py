@@ -54,6 +54,11 @@ SAVE_STEPS = 5
 REWARD_BAR = 0.7
 LAST_STEPS = 3
 MISMATCH_BOUND = 0.02  # STOP_MISMATCH_KL's default (trainer/stop_rules.py)
+WINDOW = 5  # STOP_WINDOW_STEPS's default: the rule's window
+# A step whose every sample was drawn by the weights the trainer holds (staleness 0: the first step, the first after
+# a resume) carries no drift, only the engine-trainer gap: both runs measured 8.6e-09..1.0e-08 there (float32 on both
+# sides). A defect (other weights, another dtype, an off-by-one alignment) puts typical tokens a nat or more apart.
+FRESH_KL_BOUND = 1e-5
 CONTROL = os.environ.get("LEARNING_GATE_CONTROL", "") == "1"
 # Measured on 2 cores: the baseline's 48 rollouts with the stack's start took 591 s, a step of 8 rollouts
 # about 2 min (each rollout ~36 s of wall time, 4 at once: Harbor's docker orchestration and mini-swe-agent's
@@ -257,15 +262,25 @@ def test_the_policy_learned_because_of_the_weights(stack):
     f, lo, hi = pass_at_1(final)
     stack.figures["final"] = f"pass@1 {f:.3f} [{lo:.3f}, {hi:.3f}]"
     stack.figures["reward by step"] = " ".join(f"{rewards[s]:.2f}" for s in sorted(rewards))
-    # The engine and the trainer agree on the sampled tokens' logprobs at every step (trainer/mismatch.py:
-    # what is left is the drift of the samples' staleness), under the stop rule's default bound.
+    # The engine and the trainer agree on the sampled tokens' logprobs. `mismatch/kl_mean` also carries the policy's
+    # drift over each sample's staleness (trainer/mismatch.py), so it is read as the stop rule reads it: no window of
+    # WINDOW steps lies wholly at or above the bound (one step may: this suite's second full run read 0.036 at step 3,
+    # staleness 1-2, right after the two steps that moved the letter most; the first run's max was 0.0099). What is
+    # the engine-trainer gap alone is asserted where no drift can be: on the steps trained on fresh samples.
     kl = per_step(history, "mismatch/kl_mean")
+    stale_max = per_step(history, "sample/staleness_max")
+    fresh = {s: kl[s] for s in kl if stale_max.get(s) == 0}
+    windows = [min(kl[s] for s in sorted(kl)[i : i + WINDOW]) for i in range(len(kl) - WINDOW + 1)]
     stack.figures["mismatch KL by step"] = " ".join(f"{kl[s]:.1e}" for s in sorted(kl))
+    stack.figures["mismatch KL at staleness 0"] = " ".join(f"step {s}: {v:.1e}" for s, v in sorted(fresh.items()))
     if CONTROL:
         assert failures, "the control (weights never served) passed the gate: the gate cannot fail"
         stack.figures["control fails"] = " | ".join(failures)
     else:
         assert not failures, "\n".join(failures)
-        assert sorted(kl) == sorted(rewards) and max(kl.values()) < MISMATCH_BOUND, kl
+        assert sorted(kl) == sorted(rewards), (kl, rewards)
+        assert windows and max(windows) < MISMATCH_BOUND, (windows, kl)
+        # Step 1 is always fresh (the engine serves the weights the trainer starts from).
+        assert 1 in fresh and max(fresh.values()) < FRESH_KL_BOUND, (fresh, stale_max)
         assert st["state"] == "finished" and st["step"] == MAX_STEPS, st
         assert stack.state("trainer") == ("exited", 0), stack.state("trainer")
