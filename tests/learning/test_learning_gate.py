@@ -278,7 +278,9 @@ def test_the_policy_learned_because_of_the_weights(stack):
         stack.figures["control fails"] = " | ".join(failures)
     else:
         assert not failures, "\n".join(failures)
-        assert sorted(kl) == sorted(rewards), (kl, rewards)
+        # Every step logs its mismatch; not every step logs a reward: a step during which no group finished scoring
+        # logs none (the third full run: steps 10 and 12, with staleness at its bound of 4 by step 13).
+        assert sorted(kl) == list(range(1, MAX_STEPS + 1)), kl
         assert windows and max(windows) < MISMATCH_BOUND, (windows, kl)
         # Step 1 is always fresh (the engine serves the weights the trainer starts from).
         assert 1 in fresh and max(fresh.values()) < FRESH_KL_BOUND, (fresh, stale_max)
