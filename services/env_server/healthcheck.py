@@ -18,9 +18,10 @@ from stack.env import Env, EnvError
 
 # The standard library, not httpx: Docker runs this as a new process every 2 s in the CPU form (compose.cpu.yaml)
 # and every 10 s in production, and `import httpx` (whose CLI module pulls in click and rich when they are
-# installed, as in this image) took 0.4 of the 0.55 CPU-s a check cost, measured in the env-server image: a
-# quarter of a core of a 2-core machine, taken from the rollouts, for as long as the stack runs. No proxy either:
-# the check is of this container's own loopback ports, which an HTTP(S)_PROXY in the environment must not reroute.
+# installed, as in this image) took 0.4 of the 0.55 CPU-s a check cost in a fresh env-server container (about 0.3
+# in the running one; 0.13 without it): a sixth of a core of a 2-core machine, taken from the rollouts, for as long
+# as the stack runs (docs/LEARNING.md, the gate runs' CPU). No proxy either: the check is of this container's own
+# loopback ports, which an HTTP(S)_PROXY in the environment must not reroute.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 

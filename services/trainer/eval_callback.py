@@ -17,7 +17,6 @@ A failed evaluation is reported in status and the log, never fatal to the run.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -70,9 +69,8 @@ class PeriodicEval(TrainerCallback):
         # RUN_NAME resumes at its last step and trains nothing, but the Trainer's closing log still reaches on_log
         # at that step: without this it evaluated the step again (48 rollouts in the CPU learn form) and overwrote
         # the report the run had been judged on, with another draw of the same weights.
-        self.done_steps: set[int] = {
-            int(m.group(1)) for p in self.folder.glob("step-*.json") if (m := re.fullmatch(r"step-(\d+)\.json", p.name))
-        }
+        reported = (p.stem.removeprefix("step-") for p in self.folder.glob("step-*.json"))
+        self.done_steps: set[int] = {int(n) for n in reported if n.isdigit()}
 
     def due(self, step: int, max_steps: int) -> bool:
         every = self.s.evaluation.steps

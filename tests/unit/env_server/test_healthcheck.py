@@ -99,7 +99,7 @@ def test_a_refused_port_is_not_healthy(monkeypatch):
 
 def test_the_command_does_not_import_httpx():
     """Docker starts it as a new process every 2 s in the CPU form: `import httpx` was 0.4 of the 0.55 CPU-s a check
-    cost in the env-server image (its CLI module imports click and rich), a quarter of a 2-core machine."""
+    cost in a fresh env-server container (its CLI module imports click and rich)."""
     out = subprocess.run(
         [
             sys.executable,
