@@ -24,7 +24,7 @@ from stack.backends import SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import BUCKET_OPT_OUT_PHRASE
 
-from . import cluster, disk, ports
+from . import cluster, disk, gpu_fit, ports
 from .bucket import bucket_verdict
 
 OPT_OUT_PHRASE = BUCKET_OPT_OUT_PHRASE
@@ -37,11 +37,11 @@ FIELDS = Table(
         "integer",
         2,
         "GPUs preflight requires on this host",
-        fix="set it to the GPUs this host must have (2; 0 in the CPU form)",
+        fix="set it to the GPUs this host must have (2; 1 in the one-GPU form; 0 in the CPU form)",
         minimum=0,
         # No single host has more (8 on an HGX board, 16 on the largest); a count no host has is a typo.
         maximum=64,
-        fix_above="set it to the GPUs this host must have, at most 64 (2; 0 in the CPU form)",
+        fix_above="set it to the GPUs this host must have, at most 64 (2; 1 in the one-GPU form; 0 in the CPU form)",
     ),
     # 100 TB, TRIALS_MAX_GB's bound too: a floor no disk can meet refuses every run.
     Field(
@@ -141,6 +141,7 @@ class Probes:
     model_size: Callable | None = None  # (model, hf_home) -> disk.ModelSize | None
     free_bytes: Callable[[str], int] | None = None
     port_owner: Callable | None = None  # (env) -> ports.Owners
+    gpu_memory_gib: Callable[[], tuple[float | None, str]] | None = None  # GPU 0's total memory (gpu_fit.py)
 
 
 def count_gpus() -> tuple[int, str]:
@@ -158,19 +159,6 @@ def count_gpus() -> tuple[int, str]:
         return torch.cuda.device_count(), "torch.cuda"
     except Exception:  # no torch (host venv) or a broken CUDA runtime: either way, no usable GPU
         return 0, "no nvidia-smi and no torch"
-
-
-def check_gpus(env, probes):
-    required = env.checked("REQUIRED_GPUS")
-    if required == 0:
-        return None
-    found, how = (probes.gpu_count or count_gpus)()
-    if found < required:
-        return (
-            f"found {found} GPU(s) ({how}), need REQUIRED_GPUS={required}: run on a host with {required} GPUs and "
-            "the NVIDIA Container Toolkit (compose reserves them), or use the CPU form (REQUIRED_GPUS=0)"
-        )
-    return None
 
 
 def check_bucket_mount(env, probes):
@@ -531,7 +519,9 @@ def check_weight_transfer(env, probes):
 # Order is the order failures are printed in: the cheapest-to-fix first.
 CHECKS: dict[str, Callable] = {
     "deployment": cluster.check_deployment,
-    "gpus": check_gpus,
+    # The form's GPU count (two-GPU form, or one GPU with WEIGHT_TRANSFER=ipc) and the one-GPU fit: gpu_fit.py.
+    "gpus": gpu_fit.check_gpus,
+    "one-gpu-fit": gpu_fit.check_one_gpu_fit,
     "bucket-mount": check_bucket_mount,
     "bucket-writable": check_bucket_writable,
     "hf-home": check_hf_home,
@@ -561,7 +551,7 @@ CHECKS: dict[str, Callable] = {
 # ("found 1 GPU(s), need REQUIRED_GPUS=2"); its own view is checked by "trainer-gpus".
 # env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer; nor does the disk that
 # holds the env server's trials folder.
-PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings", "trials-disk"}
+PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "one-gpu-fit", "env-server-settings", "tunnel-settings", "trials-disk"}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
 TRAINER_ONLY = {"trainer-gpus", "hub-access"}
 

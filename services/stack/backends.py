@@ -115,6 +115,12 @@ class WeightTransfer:
     missing: str
     # "module:Class", built with the engine URL; "": TRL's AsyncGRPOTrainer builds its own NCCL client.
     client: str = ""
+    # The backend `vllm serve --weight-transfer-config` runs (engine/command.py); "": no vLLM (the mock engine).
+    engine_backend: str = ""
+    # Engine and trainer on one GPU (the one-GPU form, compose.one-gpu.yaml); NCCL cannot put both ranks on one.
+    same_gpu: bool = False
+    # The engine must unpickle what the trainer sends (VLLM_ALLOW_INSECURE_SERIALIZATION=1): README "One GPU".
+    insecure_serialization: bool = False
 
 
 WEIGHT_TRANSFERS = Registry(
@@ -125,6 +131,19 @@ WEIGHT_TRANSFERS = Registry(
         "vLLM's NCCL weight transfer, GPU",
         requires="vllm",
         missing="build the trainer image FROM the vLLM image; the CPU form sets WEIGHT_TRANSFER=mock",
+        engine_backend="nccl",
+    ),
+    # vLLM's CUDA-IPC weight transfer (vllm/distributed/weight_transfer/ipc_engine.py): the trainer shares its GPU
+    # memory handles with the engine on the same device, the one-GPU form. The handles travel pickled over HTTP.
+    WeightTransfer(
+        "ipc",
+        "vLLM's CUDA-IPC weight transfer, engine and trainer on one GPU",
+        requires="vllm",
+        missing="build the trainer image FROM the vLLM image; the CPU form sets WEIGHT_TRANSFER=mock",
+        client="trainer.ipc_transfer:IPCWeightTransfer",
+        engine_backend="ipc",
+        same_gpu=True,
+        insecure_serialization=True,
     ),
     # Named, not imported: the GPU trainer image does not carry the CPU form's mock engine.
     WeightTransfer(

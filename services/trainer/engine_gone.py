@@ -97,23 +97,26 @@ def stop_run(gone: EngineGone, status: Any, s: Any, resume: Path | None) -> None
 
 def form(weight_transfer: str, deployment: str) -> str:
     """Where this trainer runs, for the resume steps: kubernetes (DEPLOYMENT), compose-cpu (the mock's weight
-    transfer is the CPU form's) or compose."""
+    transfer is the CPU form's), compose-one-gpu (ipc is the one-GPU form's) or compose."""
     from stack.deployment import KUBERNETES
 
     if deployment == KUBERNETES:
         return "kubernetes"
-    return "compose-cpu" if weight_transfer == "mock" else "compose"
+    return {"mock": "compose-cpu", "ipc": "compose-one-gpu"}.get(weight_transfer, "compose")
 
 
 def resume_steps(where: str, run_name: str) -> str:
-    """How to go on `where`: compose, compose-cpu or kubernetes (`form`)."""
+    """How to go on `where`: compose, compose-cpu, compose-one-gpu or kubernetes (`form`)."""
     if where == "kubernetes":
         # The chart's README (Upgrades and restarts): both Jobs are immutable, so they are deleted and upgraded.
         return (
             "The chart never restarts the engine Job. To resume: `kubectl -n <ns> delete job <release>-engine "
             f"<release>-trainer --wait`, then `helm upgrade <release> ... --reuse-values` (same run name, {run_name})"
         )
-    cmd = "scripts/compose -f compose.yaml -f compose.cpu.yaml" if where == "compose-cpu" else "docker compose"
+    cmd = {
+        "compose-cpu": "scripts/compose -f compose.yaml -f compose.cpu.yaml",
+        "compose-one-gpu": "scripts/compose --one-gpu",
+    }.get(where, "docker compose")
     # RUN_NAME on the command line: the container was created with the name it had then (empty for a fresh
     # name), and a different value makes compose re-create it with this run's name.
     return (

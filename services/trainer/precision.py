@@ -51,10 +51,11 @@ class Precision:
 
 
 def choose(weight_transfer: str, weights: str) -> Precision:
-    """GPU (nccl): bfloat16 compute, what vLLM serves. CPU form (mock): no autocast; the mock serves float32."""
+    """GPU (nccl, ipc: into vLLM): bfloat16 compute, what vLLM serves. CPU form (mock): no autocast; the mock serves
+    float32."""
     if weights not in DTYPES:
         raise ValueError(f"TRAIN_DTYPE={weights!r}: choose one of {', '.join(DTYPES)}")
-    if weight_transfer == "nccl" and weights == "float32":
+    if weight_transfer in ("nccl", "ipc") and weights == "float32":
         return Precision(weights="float32", compute="bfloat16")
     return Precision(weights=weights, compute=weights)
 

@@ -201,7 +201,7 @@ def _fit(s: Settings, runner, status: RunStatus, resume, rules: StopRules, rows,
     if trainer.weight_transfer is not None:
         # TRL 1.16.0 reads `trainer.weight_transfer` at train begin and on every sync (read at that tag): the first
         # sync reported, what the engine serves checked, a lost engine stopping the run (weights.chain).
-        trainer.weight_transfer, served, _ = weights.chain(trainer.weight_transfer, s, os.environ)
+        trainer.weight_transfer, served, _ = weights.chain(trainer.weight_transfer, s, os.environ, model=trainer.model)
         trainer.callback_handler.callbacks.insert(0, served.callback())
         # Groups started while the engine still serves older weights are stamped with that older version.
         worker.served = served

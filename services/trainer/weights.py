@@ -5,12 +5,16 @@ sees of the first sync.
   weight-transfer engine; the engine runs with VLLM_SERVER_DEV_MODE=1). The transport between the two
   containers is compose.yaml's `x-nccl-env` (shared memory by default: P2P across containers that each
   see one GPU can fail at the first sync).
+- `ipc` (one GPU): engine and trainer on the same device, vLLM's CUDA-IPC weight transfer
+  (trainer/ipc_transfer.py; compose.one-gpu.yaml).
 - `mock` (CPU form): the mock engine's backend, `mock_engine.weight_client`, which exposes the same five
   methods AsyncGRPO calls (`init_weight_transfer/pause/send_weights/resume/destroy`). Same trainer code
   otherwise.
 
-After every push `ServedVersion` asks the engine which weights it serves (`served_version`), so a push that did
-not land is a logged figure (`weights/engine_stale`), not a silent off-policy stretch.
+After every push `ServedWeights` (trainer/served_check.py) scores a short canary on the engine and with the
+trainer's own model: an engine that does not serve what was pushed stops the run, for every backend. The mock's
+weight counter (`served_version`, `ServedVersion`) stays as an extra figure (`weights/engine_stale`) and tells the
+rollout worker how many versions behind the engine is.
 
 Whichever backend, `FirstSync` wraps it: the first sync is where a wrong transport shows (every later
 sync repeats what worked), so it is timed and printed, and its failure becomes one line that names the
@@ -27,6 +31,7 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from .engine_gone import PushWatch
+from .served_check import ServedWeights
 
 logger = logging.getLogger(__name__)
 
@@ -47,14 +52,39 @@ def build(mode: str, engine_url: str, timeout_s: float | None = None):
     return load(client)(engine_url) if timeout_s is None else load(client)(engine_url, timeout_s=timeout_s)
 
 
+# What decides whether the engine can open the trainer's CUDA IPC handles (WEIGHT_TRANSFER=ipc).
+IPC_VARS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF")
+
+
 def describe_transport(mode: str, env: Mapping[str, str]) -> str:
+    if mode == "ipc":
+        return "CUDA IPC on one GPU, " + " ".join(f"{name}={env.get(name) or '(unset)'}" for name in IPC_VARS)
     if mode != "nccl":
         return f"{mode} (the mock engine's HTTP backend)"
     return " ".join(f"{name}={env.get(name) or '(unset)'}" for name in TRANSPORT_VARS)
 
 
+def ipc_advice(env: Mapping[str, str]) -> str:
+    """What has to hold for the engine to open the trainer's handles (vLLM's ipc_engine.py, PyTorch's CUDA IPC)."""
+    tips = [
+        "engine and trainer must see the SAME physical GPU (compose.one-gpu.yaml gives both device 0; the engine "
+        "looks its handle up by the GPU's UUID)",
+        "both containers need `ipc: host` and one PID namespace (`pid: host`; compose.one-gpu.yaml sets both)",
+        "the engine needs VLLM_ALLOW_INSECURE_SERIALIZATION=1 to unpickle the handles (the launcher sets it when "
+        "WEIGHT_TRANSFER=ipc reaches the engine: check `docker compose logs engine` for 'Refusing to deserialize')",
+    ]
+    if "expandable_segments:true" in (env.get("PYTORCH_CUDA_ALLOC_CONF") or "").replace(" ", "").lower():
+        tips.append(
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True shares memory through pidfd_getfd, which also needs "
+            "ptrace permission between the containers (pytorch issue 165685): try without it"
+        )
+    return "; ".join(tips)
+
+
 def transport_advice(mode: str, env: Mapping[str, str]) -> str:
     """What to change, given the transport that just failed."""
+    if mode == "ipc":
+        return ipc_advice(env)
     if mode != "nccl":
         return "see `docker compose logs engine` for the engine's side"
     p2p_off = (env.get("NCCL_P2P_DISABLE") or "").strip() == "1"
@@ -155,17 +185,25 @@ class FirstSync:
         self.inner.destroy()
 
 
-def chain(backend, s, env: Mapping[str, str]) -> tuple[FirstSync, ServedVersion, PushWatch]:
-    """The backend as the trainer hands it to TRL: FirstSync(ServedVersion(PushWatch(backend))), and the two inner.
+def chain(backend, s, env: Mapping[str, str], model=None) -> tuple[ServedWeights, ServedVersion, PushWatch]:
+    """The backend as the trainer hands it to TRL: ServedWeights(FirstSync(ServedVersion(PushWatch(backend)))), and
+    the two inner.
 
-    - FirstSync, outermost: a failing first push is a transport to fix, one line and exit (never waited out);
-    - ServedVersion: what the engine serves after each of TRL's pushes;
+    - ServedWeights, outermost: after each push, the canary scored by the engine and by `model` (the trainer's,
+      just pushed); an engine that does not serve it stops the run (WeightsNotServed, an EngineGone), the first
+      push included, so its stop is never mistaken for a transport failure by FirstSync;
+    - FirstSync: a failing first push is a transport to fix, one line and exit (never waited out);
+    - ServedVersion: the mock engine's weight counter after each of TRL's pushes (an extra figure);
     - PushWatch, innermost: an engine lost in a later push raises EngineGone, and the run stops with a
       checkpoint (trainer/engine_gone.py).
-    `s` is the trainer's Settings."""
+    `s` is the trainer's Settings. ServedVersion's callback logs ServedWeights' figures too."""
     watch = PushWatch(backend, s.engine_url, timeout_s=s.weight_sync_timeout_s)
     served = ServedVersion(watch, s.engine_url)
-    return FirstSync(served, s.weight_transfer, env), served, watch
+    check = ServedWeights(FirstSync(served, s.weight_transfer, env), s.engine_url)
+    if model is not None:
+        check.attach(model)
+    served.weights = check
+    return check, served, watch
 
 
 # --- which weights the engine serves after a push ---------------------------------------------------------------
@@ -219,6 +257,8 @@ class ServedVersion:
         self.lag: int | None = None
         self.stale: float | None = None
         self.behind = 0
+        # The served-weights check (served_check.ServedWeights) whose figures this callback logs too (chain).
+        self.weights = None
 
     def init_weight_transfer(self) -> None:
         self.inner.init_weight_transfer()
@@ -255,7 +295,7 @@ class ServedVersion:
         self.inner.destroy()
 
     def metrics(self) -> dict[str, float]:
-        out = {}
+        out = dict(self.weights.metrics()) if self.weights is not None else {}
         if self.stale is not None:
             out["weights/engine_stale"] = self.stale
         if self.lag is not None:

@@ -327,7 +327,8 @@ def test_weight_transfer_modes(tmp_path):
 
     assert (
         "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of: nccl (vLLM's NCCL weight transfer, "
-        "GPU), mock (the mock engine's HTTP backend, the CPU form) (default nccl)" in by("gloo")["trainer-settings"]
+        "GPU), ipc (vLLM's CUDA-IPC weight transfer, engine and trainer on one GPU), mock (the mock engine's HTTP "
+        "backend, the CPU form) (default nccl)" in by("gloo")["trainer-settings"]
     )
     # No vllm in the host venv: nccl names the image to build from. The mock engine's backend is in
     # this checkout (services/mock_engine/weight_client.py), so mock passes.

@@ -36,7 +36,7 @@ def test_ports_that_are_not_ports(tmp_path):
 
 def test_negative_gpu_count(tmp_path):
     assert failures(good_env(tmp_path, REQUIRED_GPUS="-1"), probes_for(tmp_path, GCSFUSE)) == {
-        "gpus": "REQUIRED_GPUS='-1' is below 0: set it to the GPUs this host must have (2; 0 in the CPU form) "
+        "gpus": "REQUIRED_GPUS='-1' is below 0: set it to the GPUs this host must have (2; 1 in the one-GPU form; 0 in the CPU form) "
         "(default 2)"
     }
 

@@ -120,8 +120,8 @@ def test_the_bound_itself_is_accepted(name, field):
         (
             "REQUIRED_GPUS",
             "200",
-            "REQUIRED_GPUS='200' is above 64: set it to the GPUs this host must have, at most 64 (2; 0 in the CPU "
-            "form) (default 2)",
+            "REQUIRED_GPUS='200' is above 64: set it to the GPUs this host must have, at most 64 (2; 1 in the one-GPU "
+            "form; 0 in the CPU form) (default 2)",
         ),
         (
             "TUNNEL_CHECK_FAILURES_TO_WITHDRAW",
