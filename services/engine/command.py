@@ -5,7 +5,8 @@ configurable, because without them the engine answers every request perfectly an
 
 - capture: `--return-tokens-as-token-ids` and `--logprobs-mode processed_logprobs` (token ids and the
   sampling distribution's logprobs; without them every training row is empty or carries the wrong
-  importance ratio), `--weight-transfer-config '{"backend":"nccl"}'` (TRL's AsyncGRPO weight sync);
+  importance ratio), `--weight-transfer-config '{"backend":"nccl"}'` (TRL's AsyncGRPO weight sync; `ipc` in the
+  one-GPU form, from WEIGHT_TRANSFER);
 - binding: under compose the engine is on the host network and must listen on loopback only. On
   Kubernetes (DEPLOYMENT=kubernetes) it has the pod's own network namespace and listens on the pod's
   address (the chart passes status.podIP) for the env server and trainer pods; NetworkPolicies keep it in.
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 
 from engine import turn_end
 from stack import deployment, fields
+from stack.backends import WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import LOOPBACK_HOSTS
 
@@ -53,7 +55,8 @@ MANAGED_FLAGS = {
     "--default-chat-template-kwargs": "CHAT_TEMPLATE_KWARGS",
 }
 
-WEIGHT_TRANSFER_CONFIG = '{"backend":"nccl"}'
+# `--weight-transfer-config`'s backend is WEIGHT_TRANSFER's (stack/backends.py): nccl (a GPU each), ipc (one GPU).
+WEIGHT_TRANSFER_CONFIG = '{{"backend":"{}"}}'
 GPU_FRACTION_FIX = "set ENGINE_GPU_MEMORY_UTILIZATION to a fraction of the GPU in (0, 1], e.g. 0.85"
 
 FIELDS = Table(
@@ -63,6 +66,7 @@ FIELDS = Table(
     fields.ENGINE_PORT,
     fields.ENGINE_MAX_MODEL_LEN,
     fields.TURN_END_TOKENS,
+    fields.WEIGHT_TRANSFER,
     Field(
         "ENGINE_GPU_MEMORY_UTILIZATION",
         "number",
@@ -208,7 +212,7 @@ def build_command(env: Mapping[str, str], generation_config: str | None = None) 
         "--logprobs-mode",
         "processed_logprobs",
         "--weight-transfer-config",
-        WEIGHT_TRANSFER_CONFIG,
+        WEIGHT_TRANSFER_CONFIG.format(_engine_backend(read)),
     ]
     setting = turn_end.parse_setting(get("TURN_END_TOKENS"))
     if generation_config:
@@ -224,8 +228,25 @@ def build_command(env: Mapping[str, str], generation_config: str | None = None) 
     return argv + extra
 
 
+def _engine_backend(read: Env) -> str:
+    transfer = WEIGHT_TRANSFERS.get(read.get(FIELDS["WEIGHT_TRANSFER"]))
+    if not transfer.engine_backend:
+        raise EnvError(
+            f"WEIGHT_TRANSFER={transfer.name} is not a vLLM weight transfer: set WEIGHT_TRANSFER=nccl (a GPU each) "
+            "or ipc (one GPU, compose.one-gpu.yaml)"
+        )
+    return transfer.engine_backend
+
+
 def build_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment `vllm serve` runs with: dev mode on (TRL's /pause, /resume and weight routes)."""
+    """The environment `vllm serve` runs with: dev mode on (TRL's /pause, /resume and weight routes), and for
+    WEIGHT_TRANSFER=ipc only, the pickled CUDA IPC handles accepted (VLLM_ALLOW_INSECURE_SERIALIZATION: vLLM's
+    ipc_engine.py refuses them otherwise). Anywhere else the switch stays as it came: off unless set."""
     out = dict(env)
     out["VLLM_SERVER_DEV_MODE"] = "1"
+    transfer = WEIGHT_TRANSFERS.get(Env(env).get(FIELDS["WEIGHT_TRANSFER"]))
+    if transfer.insecure_serialization:
+        out["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    else:
+        out.pop("VLLM_ALLOW_INSECURE_SERIALIZATION", None)
     return out

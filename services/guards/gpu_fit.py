@@ -114,7 +114,10 @@ def check_one_gpu_fit(env, probes):
         return None  # no GPU to measure: the gpus check says so
     chosen = precision.choose(settings.weight_transfer, settings.dtype)
     try:
-        plan = gpu_share.split(card, settings.model, settings.token_budget, settings.engine_max_model_len, chosen)
+        setting = limits.GC_COMPILE if settings.compile_layers else limits.GC
+        plan = gpu_share.split(
+            card, settings.model, settings.token_budget, settings.engine_max_model_len, chosen, setting
+        )
     except gpu_share.DoesNotFit as exc:
         return f"{exc} [card size by {how}]"
     except limits.UnknownModel as exc:

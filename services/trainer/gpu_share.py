@@ -126,18 +126,45 @@ def split(
     return out
 
 
+def env_file(path: str | None) -> dict[str, str]:
+    """KEY=VALUE lines of a compose .env file (comments and blanks skipped, one level of quotes removed)."""
+    out: dict[str, str] = {}
+    if not path:
+        return out
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        key, eq, value = line.strip().partition("=")
+        if eq and key and not key.startswith("#"):
+            value = value.strip()
+            out[key.strip()] = value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "'\"" else value
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m trainer.gpu_share --card-gib 79.6 --model ... --token-budget ... --max-model-len ...`: prints the
-    engine's fraction (stdout) and the split's line (stderr), or the refusal (stderr, exit 1)."""
+    """`python3 -m trainer.gpu_share --card-gib 79.6 [--env-file .env]`: the engine's fraction on stdout, the split's
+    line on stderr; or the refusal on stderr and exit 1. MODEL, TOKEN_BUDGET, ENGINE_MAX_MODEL_LEN and TRAIN_DTYPE
+    are read as the trainer reads them (trainer/config.py's fields), from the environment over the .env file."""
+    import os
+
+    from stack.env import Env, EnvError
+
+    from .config import FIELDS
+    from .precision import choose
+
     parser = argparse.ArgumentParser(prog="python3 -m trainer.gpu_share", description=__doc__.split("\n\n")[0])
     parser.add_argument("--card-gib", type=float, required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--token-budget", type=int, required=True)
-    parser.add_argument("--max-model-len", type=int, required=True)
+    parser.add_argument("--env-file", default=None)
     args = parser.parse_args(argv)
+    read = Env({**env_file(args.env_file), **os.environ})
     try:
-        out = split(args.card_gib, args.model, args.token_budget, args.max_model_len)
-    except (DoesNotFit, limits.UnknownModel) as exc:
+        model, budget = read.get(FIELDS["MODEL"]), read.get(FIELDS["TOKEN_BUDGET"])
+        max_len, dtype = read.get(FIELDS["ENGINE_MAX_MODEL_LEN"]), read.get(FIELDS["TRAIN_DTYPE"])
+        setting = limits.GC_COMPILE if read.get(FIELDS["TRAINER_COMPILE_LAYERS"]) else limits.GC
+        out = split(args.card_gib, model, budget, max_len, choose("ipc", dtype), setting)
+    except (DoesNotFit, limits.UnknownModel, EnvError, ValueError) as exc:
         print(f"one-gpu: {exc}", file=sys.stderr)
         return 1
     print(f"one-gpu: {out.line()}", file=sys.stderr)
