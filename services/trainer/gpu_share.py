@@ -34,6 +34,8 @@ ENGINE_DTYPE_BYTES = 2  # bf16 weights and KV cache, ENGINE_DTYPE's default
 ENGINE_WORKSPACE_GIB = 4.0
 # The engine's share is rounded down to this, so the trainer never gets less than it needs.
 FRACTION_STEP = 0.01
+# The trainer's production precision on a GPU (precision.choose for ipc and float32): float32 master + bf16 compute.
+PRODUCTION_PRECISION = Precision(weights="float32", compute="bfloat16")
 
 
 class DoesNotFit(ValueError):
@@ -91,7 +93,7 @@ def split(
     model: str,
     token_budget: int,
     max_model_len: int,
-    precision: Precision | None = Precision(weights="float32", compute="bfloat16"),
+    precision: Precision | None = PRODUCTION_PRECISION,
     setting: str = limits.GC_COMPILE,
     profiles=None,
 ) -> Split:

@@ -189,7 +189,9 @@ class Vllm031Sender:
 
     def init(self, control: Control) -> None:
         # trainer_init posts /init_weight_transfer_engine with {"packed": false} (the sender is rank 0).
-        self.engine = self.factory.trainer_init(self.init_info_cls(rank=0, packed=False), client=control, source=self.source)
+        self.engine = self.factory.trainer_init(
+            self.init_info_cls(rank=0, packed=False), client=control, source=self.source
+        )
 
     def send(self, iterator: Iterable, control: Control) -> None:
         self.source.current = iterator

@@ -157,7 +157,7 @@ def test_secrets_only_reach_the_services_that_use_them(production):
 
 def _variables_read_by_compose() -> set[str]:
     names = set()
-    for f in COMPOSE_FILES:
+    for f in (*COMPOSE_FILES, "compose.one-gpu.yaml"):
         names |= set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (ROOT / f).read_text()))
     return names
 
@@ -336,3 +336,48 @@ def test_only_the_form_that_learns_pays_for_the_pick_policy():
         if svc.get("build"):
             builders.setdefault(svc["image"], []).append(name)
     assert {image: names for image, names in builders.items() if len(names) > 1} == {}
+
+
+# --- the one-GPU form (compose.one-gpu.yaml) ------------------------------------------------------------------------
+ONE_GPU_FILES = ["compose.yaml", "compose.one-gpu.yaml"]
+
+
+@pytest.fixture(scope="module")
+def one_gpu():
+    return compose_config(*ONE_GPU_FILES, env={"ENGINE_GPU_MEMORY_UTILIZATION": "0.38"})
+
+
+def test_one_gpu_puts_engine_and_trainer_on_the_same_device(one_gpu):
+    assert _gpu_ids(one_gpu["services"]["engine"]) == _gpu_ids(one_gpu["services"]["trainer"]) == ["0"]
+    moved = compose_config(*ONE_GPU_FILES, env={"ENGINE_GPUS": "3"})
+    assert _gpu_ids(moved["services"]["engine"]) == _gpu_ids(moved["services"]["trainer"]) == ["3"]
+    # One reservation each: the trainer's production device 1 is replaced, not added to.
+    assert len(one_gpu["services"]["trainer"]["deploy"]["resources"]["reservations"]["devices"]) == 1
+
+
+def test_one_gpu_shares_ipc_and_the_engines_pid_namespace(one_gpu):
+    services = one_gpu["services"]
+    assert services["engine"]["ipc"] == services["trainer"]["ipc"] == "host"
+    assert services["trainer"]["pid"] == "service:engine"
+    assert "pid" not in services["engine"]  # the engine keeps its own namespace; the host's is shared with no one
+
+
+def test_one_gpu_sets_ipc_on_every_side_and_hands_the_engine_share_to_the_engine_and_preflight(one_gpu):
+    services = one_gpu["services"]
+    for name in ("preflight", "engine", "trainer"):
+        assert services[name]["environment"]["WEIGHT_TRANSFER"] == "ipc", name
+    assert services["preflight"]["environment"]["REQUIRED_GPUS"] == "1"
+    assert services["engine"]["environment"]["ENGINE_GPU_MEMORY_UTILIZATION"] == "0.38"
+    assert services["preflight"]["environment"]["ENGINE_GPU_MEMORY_UTILIZATION"] == "0.38"
+    # Expandable segments share memory through pidfd_getfd, which Docker's seccomp profile refuses without ptrace.
+    assert services["trainer"]["environment"]["PYTORCH_CUDA_ALLOC_CONF"] == ""
+
+
+def test_the_two_gpu_form_hands_the_engine_its_weight_transfer(production):
+    assert production["services"]["engine"]["environment"]["WEIGHT_TRANSFER"] == ""  # the launcher's default: nccl
+    assert "pid" not in production["services"]["trainer"]
+
+
+def test_one_gpu_engine_still_binds_loopback_only(one_gpu):
+    assert one_gpu["services"]["engine"]["environment"]["ENGINE_HOST"] == "127.0.0.1"
+    assert one_gpu["services"]["engine"]["network_mode"] == "host"
