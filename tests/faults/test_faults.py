@@ -513,6 +513,50 @@ def test_a_poisoned_request_from_inside_a_sandbox_leaves_the_run_training(stack)
     )
 
 
+# From inside a sandbox: connect to the engine's port on every address by which a container can reach its host (its
+# own loopback, the default gateway, host.docker.internal), and, as the control that the probe can reach the host at
+# all, to the capture URL the agent was given. Prints one JSON object: address -> "open" or the error.
+REACH = (
+    "import json, os, socket, struct, urllib.parse\n"
+    "port = int(os.environ['ENGINE_PORT_TO_TRY'])\n"
+    "targets = {'127.0.0.1': port}\n"
+    "for line in open('/proc/net/route').read().splitlines()[1:]:\n"
+    "    f = line.split()\n"
+    "    if f[1] == '00000000': targets[socket.inet_ntoa(struct.pack('<L', int(f[2], 16)))] = port\n"
+    "try: targets[socket.gethostbyname('host.docker.internal')] = port\n"
+    "except OSError: pass\n"
+    "env = {}\n"
+    "for pid in os.listdir('/proc'):\n"
+    "    try: env = dict(l.split('=', 1) for l in open(f'/proc/{pid}/environ').read().split('\\0') if '=' in l)\n"
+    "    except Exception: continue\n"
+    "    if env.get('OPENAI_API_BASE'): break\n"
+    "capture = urllib.parse.urlsplit(env['OPENAI_API_BASE'])\n"
+    "out = {}\n"
+    "for host, p in [*targets.items(), ('capture ' + capture.hostname, capture.port or 80)]:\n"
+    "    try:\n"
+    "        socket.create_connection((host.split()[-1], p), timeout=3).close(); out[f'{host}:{p}'] = 'open'\n"
+    "    except OSError as exc: out[f'{host}:{p}'] = type(exc).__name__\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def test_a_sandbox_cannot_reach_the_engine_port(stack):
+    """The engine's port binds the host's loopback; a sandbox (docker backend, its own bridge network) cannot reach it
+    by any address, while it does reach the capture URL it was given. This is what makes WEIGHT_TRANSFER=ipc's
+    VLLM_ALLOW_INSECURE_SERIALIZATION=1 safe (README "One GPU"): nothing but the trainer can post a pickle to it."""
+    box = stack.wait_for("a sandbox with an agent running", lambda: sandboxes(stack), 300, poll_s=1)
+    out = run(
+        ["docker", "exec", "-e", f"ENGINE_PORT_TO_TRY={PORTS['ENGINE_PORT']}", sorted(box)[0], "python3", "-c", REACH],
+        check=False,
+    )
+    reached = json.loads(out.stdout.strip().splitlines()[-1])
+    engine = {k: v for k, v in reached.items() if not k.startswith("capture ")}
+    capture = {k: v for k, v in reached.items() if k.startswith("capture ")}
+    assert len(engine) >= 2 and all(v != "open" for v in engine.values()), reached
+    assert list(capture.values()) == ["open"], reached
+    stack.figures["engine port from a sandbox"] = json.dumps(reached)
+
+
 # --- the engine gone: last, since each stops the run (it is resumed after each, as the stop line says) -----------
 ENGINE = f"http://127.0.0.1:{PORTS['ENGINE_PORT']}"
 ENGINE_GONE_EXIT = 4  # trainer/engine_gone.py EXIT_CODE
@@ -606,3 +650,29 @@ def test_engine_killed_during_a_weight_push_stops_the_trainer_with_the_step_save
         st["reason"],
     ), st["reason"]
     stack.figures["engine docker kill during a weight push"] = figure
+
+
+def test_pushes_acknowledged_but_not_served_stop_the_run_with_the_step_saved_and_one_line(stack):
+    """The served-weights check (trainer/served_check.py): the mock's `weights_not_served` fault acknowledges every
+    push and keeps serving the weights it had. No handshake sees it; the canary does once the trainer's weights
+    have moved past the tolerance from the served ones (lr 1e-3 in the CPU form: a few steps). Last: it ends the run."""
+    import httpx
+
+    lines_before = len(steps_logged(stack))
+    httpx.post(f"{ENGINE}/mock/faults", json={"active": ["weights_not_served"]}, timeout=10).raise_for_status()
+    t0 = time.time()
+    stack.wait_for("the trainer to exit", lambda: stack.state("trainer")[0] == "exited", STEP_TIMEOUT_S * 4, poll_s=2)
+    assert stack.state("trainer") == ("exited", ENGINE_GONE_EXIT), trainer_log(stack)[-3000:]
+    st = status(stack)
+    saved = checkpoints(stack)[-1]
+    assert (st["state"], st["step"], st["last_checkpoint"]) == ("stopped", saved, f"checkpoint-{saved}"), st
+    assert st["reason"].startswith(f"the engine at {ENGINE} does not serve the weights the trainer pushed: "), st
+    assert re.search(
+        r"differ from the trainer's by \d+\.\d{3} nats mean \(max \d+\.\d{3}\), above the 0\.3 nats", st["reason"]
+    )
+    line = [ln for ln in trainer_log(stack).splitlines() if "does not serve the weights the trainer pushed" in ln]
+    assert len(line) == 1 and f"Stopped (exit 4); step {saved} is saved (checkpoint-{saved})." in line[0], line
+    stack.figures["pushes not served"] = (
+        f"stopped in {time.time() - t0:.0f} s, {len(steps_logged(stack)) - lines_before} step(s) after the fault: "
+        f"{st['reason'][:160]}"
+    )

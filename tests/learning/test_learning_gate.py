@@ -17,7 +17,10 @@ runs (benchmarks/learning_stack.py prints them; the figures are in docs/LEARNING
 
 The control: LEARNING_GATE_CONTROL=1 runs the same thing with the mock engine's `weights_not_served` fault
 (every push acknowledged, the served version counted up, the base weights still answering: the failure no
-handshake sees). The gate must then FAIL, or it proves nothing; benchmarks/learning_stack.py runs both.
+handshake sees). The gate must then FAIL, or it proves nothing; benchmarks/learning_stack.py runs both. Since the
+served-weights check (trainer/served_check.py), the control does not get that far: the trainer itself stops it,
+exit 4 with the step saved and one line, once its weights have drifted past the canary's tolerance from the served
+ones (`test_the_control_is_stopped_by_the_served_weights_check`).
 """
 
 from __future__ import annotations
@@ -206,7 +209,8 @@ def test_train_stop_at_a_step_and_resume_without_replaying_tasks(stack):
     if reached == "exited":
         st = status(stack)
         assert CONTROL, (stack.state("trainer"), st)
-        stack.figures["control stopped"] = f"at step {st.get('step')}: {(st.get('stop_rule') or {}).get('message')}"
+        why = (st.get("stop_rule") or {}).get("message") or st.get("reason")
+        stack.figures["control stopped"] = f"at step {st.get('step')}: {why}"
         return
     stack.compose("stop", "trainer", timeout=600)  # SIGTERM: the handler saves this step
     stopped = time.time()
@@ -250,9 +254,9 @@ def test_the_policy_learned_because_of_the_weights(stack):
     rewards = per_step(history, "harbor/reward_mean")
     final = json.loads(final_path.read_text()) if final_path.is_file() else None
     if final is None:
-        # Only the control may end without its last evaluation (a stop rule ended it first).
-        assert CONTROL and st.get("state") == "stopped-by-rule", st
-        stack.figures["control"] = f"stopped by rule {st.get('stop_rule')}"
+        # Only the control may end without its last evaluation (the served-weights check or a stop rule ended it).
+        assert CONTROL and st.get("state") in ("stopped", "stopped-by-rule"), st
+        stack.figures["control"] = f"stopped: {st.get('reason') or st.get('stop_rule')}"
         return
     print("\n" + curve(stack))
     rows = (stack.run_dir / "curve.csv").read_text().splitlines()
@@ -290,3 +294,22 @@ def test_the_policy_learned_because_of_the_weights(stack):
         assert 1 in fresh and max(fresh.values()) < FRESH_KL_BOUND, (fresh, stale_max)
         assert st["state"] == "finished" and st["step"] == MAX_STEPS, st
         assert stack.state("trainer") == ("exited", 0), stack.state("trainer")
+
+
+def test_the_control_is_stopped_by_the_served_weights_check(stack):
+    """The control's pushes are acknowledged and not served: the trainer must see it itself, with the canary scored
+    on both sides after each push, and stop with exit 4, the step saved and one line (trainer/served_check.py). The
+    learning run's pushes land: its canary gap must stay under the tolerance at every push (it finished, above)."""
+    st = status(stack)
+    if not CONTROL:
+        assert st["state"] == "finished", st
+        gaps = per_step(log_history(stack), "weights/served_gap_nats")
+        assert gaps and max(gaps.values()) < 0.3, gaps
+        stack.figures["served-vs-pushed canary gap"] = f"max {max(gaps.values()):.2e} nats over {len(gaps)} steps"
+        return
+    assert stack.state("trainer") == ("exited", 4), (stack.state("trainer"), st)
+    assert st["state"] == "stopped" and st["last_checkpoint"] == f"checkpoint-{st['step']}", st
+    assert "does not serve the weights the trainer pushed" in st["reason"], st
+    lines = [ln for ln in trainer_log(stack).splitlines() if "does not serve the weights the trainer pushed" in ln]
+    assert len(lines) == 1 and "Stopped (exit 4); step" in lines[0], lines
+    stack.figures["control stopped by the served-weights check"] = f"at step {st['step']}: {st['reason'][:200]}"
