@@ -245,7 +245,7 @@ def ipc_engine_problem(env: dict) -> str | None:
     last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
     fix = (
         "carry ray with the check's packages (tests/gpu/carry-requirements.txt)"
-        if "ray" in last
+        if "No module named 'ray'" in last
         else "see the error; the engine imports this module for --weight-transfer-config backend ipc"
     )
     return f"gpu-check: one-GPU form: {module} does not import ({last}): {fix}"
@@ -439,7 +439,9 @@ def checked(form, knobs, layout, figures, usage, phases, budget, procs, logs, ro
         if fit:
             problems.append(fit)
         if problems:
-            raise NotReady("\n".join(problems))
+            raise NotReady(
+                "\n".join([f"{len(problems)} problem(s) found before anything started on the GPU:", *problems])
+            )
 
     with phases("build-model"):
         build_model(model, budget.left())

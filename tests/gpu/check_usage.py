@@ -187,7 +187,11 @@ class Usage:
     def summary(self, phases: dict[str, tuple[float, float]], source: str) -> dict:
         """Peaks and busy fractions; `phases` maps a phase to its (start, end) seconds since the sampler started."""
         per_process: dict | str = dict(self.peak_role)
-        if not self.proc_samples:
+        if not self.samples:
+            per_process = (
+                f"unavailable: no reading of {source} succeeded ({self.errors} failed; first: {self.first_error})"
+            )
+        elif not self.proc_samples:
             per_process = (
                 f"unavailable: {source} listed no compute process in {self.samples} samples (a PID namespace or a "
                 "sandbox that hides them); the trainer's own torch peak is in trainer_torch_peak_mib"

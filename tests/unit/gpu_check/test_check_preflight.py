@@ -154,3 +154,20 @@ def test_a_bad_form_knob_stops_the_check_with_one_line(tmp_path):
         "gpu-check: GPU_CHECK_FORM='both' is not allowed: set GPU_CHECK_FORM to auto (by the GPUs seen), one "
         "(engine and trainer on GPU 0, ipc) or two (engine on GPU 0, trainer on GPU 1, nccl) (default auto)"
     )
+
+
+def test_an_ipc_engine_that_cannot_import_ray_is_named_with_the_package_to_carry(tmp_path):
+    # vllm is not on this host: a stand-in package whose ipc_engine.py starts as vLLM 0.25.1's does, `import ray`
+    # at module top (this host has no ray either, as the GPU image has none)
+    module = tmp_path / "vllm" / "distributed" / "weight_transfer"
+    module.mkdir(parents=True)
+    for folder in (tmp_path / "vllm", tmp_path / "vllm" / "distributed", module):
+        (folder / "__init__.py").write_text("")
+    (module / "ipc_engine.py").write_text("import pickle\n\nimport ray\n")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    assert check_stack.ipc_engine_problem(env) == (
+        "gpu-check: one-GPU form: vllm.distributed.weight_transfer.ipc_engine does not import (ModuleNotFoundError: "
+        "No module named 'ray'): carry ray with the check's packages (tests/gpu/carry-requirements.txt)"
+    )
+    (module / "ipc_engine.py").write_text("import pickle\n")
+    assert check_stack.ipc_engine_problem(env) is None

@@ -124,3 +124,12 @@ def test_parents_reads_a_command_name_with_spaces_and_parentheses(tmp_path):
         42: "engine",
         43: "engine",
     }
+
+
+def test_no_reading_at_all_says_why_the_figures_are_missing():
+    usage = check_usage.Usage(Script(FileNotFoundError(2, "No such file or directory")), lambda: {}, clock=Clock())
+    usage.sample()
+    assert usage.summary({}, "nvidia-smi")["process_peak_mib"] == (
+        "unavailable: no reading of nvidia-smi succeeded (1 failed; first: FileNotFoundError: [Errno 2] No such file "
+        "or directory)"
+    )
