@@ -27,8 +27,9 @@ CHOICES = ("auto", "one", "two")
 ONE, TWO = "one-GPU", "two-GPU"
 INSECURE = "VLLM_ALLOW_INSECURE_SERIALIZATION"
 FRACTION = "ENGINE_GPU_MEMORY_UTILIZATION"
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 # What gpu-check.json shows of each process's environment.
-SHOWN = ("CUDA_VISIBLE_DEVICES", "WEIGHT_TRANSFER", FRACTION, INSECURE, "REQUIRED_GPUS", "TRAIN_DTYPE")
+SHOWN = ("CUDA_VISIBLE_DEVICES", "WEIGHT_TRANSFER", FRACTION, INSECURE, "REQUIRED_GPUS", "TRAIN_DTYPE", ALLOC_CONF)
 # The trainer's measured peak on this model's shape at the production dtype path (float32 master weights and
 # AdamW state, bfloat16 autocast), 8k packed tokens, one H200 (issue 36). The check packs 4k, so this is an upper
 # bound for it; what is left of the card beside the engine must hold it.
@@ -97,7 +98,10 @@ def trainer_env(form: Form, base: Mapping[str, str]) -> dict[str, str]:
         "REQUIRED_GPUS": str(form.required_gpus),
     }
     if form.name == ONE:
-        env[FRACTION] = form.engine_fraction
+        # As compose.one-gpu.yaml gives the trainer (issue 36): no expandable segments. Their memory is shared through
+        # pidfd_getfd, which needs a shared PID namespace and ptrace permission (pytorch issue 165685), where the
+        # default allocator's cudaIpc handles need neither.
+        env |= {FRACTION: form.engine_fraction, ALLOC_CONF: ""}
     return env
 
 

@@ -85,8 +85,8 @@ def test_the_knob_is_read_with_the_other_knobs_and_a_bad_value_is_named(tmp_path
 
 def test_one_gpu_form_engine_and_trainer_share_gpu_0_and_only_the_engine_may_unpickle():
     form = check_form.choose("auto", 1, "x", {})
-    engine = check_form.engine_env(form, {**BASE, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"})
-    trainer = check_form.trainer_env(form, {**BASE, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"})
+    base = {**BASE, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    engine, trainer = check_form.engine_env(form, base), check_form.trainer_env(form, base)
     assert {k: engine.get(k) for k in check_form.SHOWN} == {
         "CUDA_VISIBLE_DEVICES": "0",
         "WEIGHT_TRANSFER": "ipc",
@@ -94,6 +94,7 @@ def test_one_gpu_form_engine_and_trainer_share_gpu_0_and_only_the_engine_may_unp
         "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
         "REQUIRED_GPUS": None,
         "TRAIN_DTYPE": None,
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",  # the engine's own allocator: not the trainer's tensors
     }
     assert {k: trainer.get(k) for k in check_form.SHOWN} == {
         "CUDA_VISIBLE_DEVICES": "0",
@@ -103,13 +104,15 @@ def test_one_gpu_form_engine_and_trainer_share_gpu_0_and_only_the_engine_may_unp
         "VLLM_ALLOW_INSECURE_SERIALIZATION": None,
         "REQUIRED_GPUS": "1",
         "TRAIN_DTYPE": None,
+        # as compose.one-gpu.yaml: the shared tensors from the default allocator, not expandable segments
+        "PYTORCH_CUDA_ALLOC_CONF": "",
     }
     assert engine["HF_HOME"] == trainer["HF_HOME"] == "/run/hf"  # the rest of the base passes through
 
 
 def test_two_gpu_form_is_the_nccl_check_as_it_was_with_no_insecure_switch_anywhere():
     form = check_form.choose("auto", 2, "x", {})
-    stray = {**BASE, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    stray = {**BASE, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     engine, trainer = check_form.engine_env(form, stray), check_form.trainer_env(form, stray)
     assert {k: engine.get(k) for k in check_form.SHOWN} == {
         "CUDA_VISIBLE_DEVICES": "0",
@@ -118,6 +121,7 @@ def test_two_gpu_form_is_the_nccl_check_as_it_was_with_no_insecure_switch_anywhe
         "VLLM_ALLOW_INSECURE_SERIALIZATION": None,
         "REQUIRED_GPUS": None,
         "TRAIN_DTYPE": None,
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     }
     assert {k: trainer.get(k) for k in check_form.SHOWN} == {
         "CUDA_VISIBLE_DEVICES": "1",
@@ -127,6 +131,7 @@ def test_two_gpu_form_is_the_nccl_check_as_it_was_with_no_insecure_switch_anywhe
         "VLLM_ALLOW_INSECURE_SERIALIZATION": None,
         "REQUIRED_GPUS": "2",
         "TRAIN_DTYPE": None,
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",  # inherited, as before
     }
 
 
