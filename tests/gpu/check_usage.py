@@ -50,7 +50,9 @@ def nvml_reader() -> Callable[[], Reading] | None:
             cards[i] = mem.total // MIB
             for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
                 used = p.usedGpuMemory
-                procs.append((i, p.pid, None if used is None else used // MIB))
+                # None, or NVML_VALUE_NOT_AVAILABLE (2**64 - 1) where a binding passes it on: NVML cannot say.
+                known = used is not None and used < 2**63
+                procs.append((i, p.pid, used // MIB if known else None))
         return Reading(gpus, procs, cards)
 
     read.source = "NVML (pynvml)"

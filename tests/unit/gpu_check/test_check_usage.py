@@ -133,3 +133,32 @@ def test_no_reading_at_all_says_why_the_figures_are_missing():
         "unavailable: no reading of nvidia-smi succeeded (1 failed; first: FileNotFoundError: [Errno 2] No such file "
         "or directory)"
     )
+
+
+def test_the_nvml_reader_turns_bytes_into_mib_and_an_unavailable_figure_into_none(monkeypatch):
+    # NVML needs a GPU: a stand-in module with the five pynvml calls the reader makes, answering as NVML does
+    import types
+
+    gib = 2**30
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=80 * gib, total=143771 * 2**20),
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=73),
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [
+            types.SimpleNamespace(pid=10, usedGpuMemory=50 * gib),
+            types.SimpleNamespace(pid=20, usedGpuMemory=2**64 - 1),  # NVML_VALUE_NOT_AVAILABLE
+            types.SimpleNamespace(pid=30, usedGpuMemory=None),
+        ],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    read = check_usage.nvml_reader()
+    assert read.source == "NVML (pynvml)"
+    assert read() == Reading({0: (81920, 73)}, [(0, 10, 51200), (0, 20, None), (0, 30, None)], {0: 143771})
+
+
+def test_without_nvml_the_reader_is_none_and_nvidia_smi_answers(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    assert check_usage.nvml_reader() is None
+    assert check_usage.smi_reader().source == "nvidia-smi"
