@@ -10,6 +10,10 @@
     GPU_CHECK_WORK                 where the runs and the built model live (default /tmp/gpu-check)
     GPU_CHECK_TRAIN_TIMEOUT_S      the trainer's limit (default 420)
     GPU_CHECK_ENGINE_TIMEOUT_S     the engine's limit, launcher to probe-healthy (default 420)
+    GPU_CHECK_TOTAL_TIMEOUT_S      the whole check's limit: every wait gets at most what is left of it (default 540:
+                                   the device call's 600 s less the unpacking that runs before the check)
+    GPU_CHECK_FORM                 auto (default): the one-GPU form on a machine with one GPU, the two-GPU form on
+                                   one with two or more; one / two force it (check_form.py)
 
 Every run gets a fresh folder and run name: the trainer resumes any run whose name it finds checkpoints for,
 so a second run on a held machine under a fixed name trained on from the first run's checkpoint (seen: the
@@ -25,6 +29,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import check_form
 
 from stack.env import Env, EnvError
 from trainer.config import latest_checkpoint
@@ -42,6 +48,8 @@ class Knobs:
     work_root: Path
     train_timeout_s: int
     engine_timeout_s: int
+    total_timeout_s: int = 540
+    form: str = "auto"  # check_form.CHOICES
 
 
 def read(env: Mapping[str, str]) -> Knobs:
@@ -62,6 +70,14 @@ def read(env: Mapping[str, str]) -> Knobs:
         work_root=Path(r.text("GPU_CHECK_WORK", "/tmp/gpu-check")),
         train_timeout_s=r.integer("GPU_CHECK_TRAIN_TIMEOUT_S", 420, minimum=1),
         engine_timeout_s=r.integer("GPU_CHECK_ENGINE_TIMEOUT_S", 420, minimum=1),
+        total_timeout_s=r.integer("GPU_CHECK_TOTAL_TIMEOUT_S", 540, minimum=1),
+        form=r.choice(
+            check_form.KNOB,
+            "auto",
+            check_form.CHOICES,
+            fix=f"set {check_form.KNOB} to auto (by the GPUs seen), one (engine and trainer on GPU 0, ipc) or two "
+            "(engine on GPU 0, trainer on GPU 1, nccl)",
+        ),
     )
     r.check()
     return knobs

@@ -2,14 +2,15 @@
 
     python tests/gpu/run_trainer.py CAPTURE_URL
 
-The same entry as `python -m trainer` (guards, run name, warm-up rollout, AsyncGRPOTrainer with TRL's NCCL
-weight transfer, regional compile, startup memory report) with two stand-ins, both for things the GPU
-machine cannot reach:
+The same entry as `python -m trainer` (guards, run name, warm-up rollout, AsyncGRPOTrainer with the weight transfer
+WEIGHT_TRANSFER names: TRL's NCCL client in the two-GPU form, vLLM's CUDA-IPC in the one-GPU form; regional compile,
+startup memory report) with two stand-ins, both for things the GPU machine cannot reach:
 - rollouts: the CPU test's scripted agent (tests/integration/trainer/scripted_agent.py) instead of the env
   server + sandbox + mini-swe-agent; every model call still goes through OpenEnv's capture proxy to vLLM;
 - attention kernel: TRL fetches FlashAttention-3 from the Hugging Face Hub at first use; without network the
   benchmark's swap to PyTorch's own FlashAttention-2 varlen kernel is installed (checked against a dense
-  path-mask reference by the benchmark).
+  path-mask reference by the benchmark). Its name is printed; the check records it.
+Last it prints the trainer's own torch peak (reserved and allocated), which the check records beside NVML's.
 """
 
 import sys
@@ -34,4 +35,16 @@ if __name__ == "__main__":
         sys.exit("\n".join(str(f) for f in failures))
     print(f"trainer attention kernel: {attention.install()}", flush=True)
     settings = from_env()
-    run(settings, runner=ScriptedAgentRunner(capture_url=sys.argv[1], model=settings.model, nudge=NUDGE))
+    try:
+        run(settings, runner=ScriptedAgentRunner(capture_url=sys.argv[1], model=settings.model, nudge=NUDGE))
+    finally:
+        # The trainer's own view of its peak, beside what NVML lists per process (which a sandbox's PID namespace
+        # can hide): the allocator's reserved peak is what an out-of-memory is decided on.
+        import torch
+
+        if torch.cuda.is_available():
+            print(
+                f"trainer torch peak: reserved {torch.cuda.max_memory_reserved() // 2**20} MiB, "
+                f"allocated {torch.cuda.max_memory_allocated() // 2**20} MiB",
+                flush=True,
+            )

@@ -100,3 +100,82 @@ def test_an_unreadable_log_is_said_so(tmp_path):
     assert check_wait.tail(tmp_path / "nope.log").startswith(f"(cannot read {tmp_path / 'nope.log'}:")
     (tmp_path / "empty.log").write_text("")
     assert check_wait.tail(tmp_path / "empty.log") == f"({tmp_path / 'empty.log'} is empty)"
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_a_wait_gets_the_lesser_of_its_own_limit_and_what_is_left_of_the_whole_checks():
+    clock = Clock()
+    budget = check_wait.Budget(540, clock=clock)
+    assert budget.limit(420, "GPU_CHECK_ENGINE_TIMEOUT_S") == (420, "GPU_CHECK_ENGINE_TIMEOUT_S=420 s")
+    clock.t = 300
+    assert budget.limit(420, "GPU_CHECK_TRAIN_TIMEOUT_S") == (240, "the 240 s left of GPU_CHECK_TOTAL_TIMEOUT_S=540 s")
+    clock.t = 600
+    assert budget.left() == 0
+
+
+def test_a_wait_names_the_limit_that_ran_out(tmp_path):
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(check_wait.NotReady) as err:
+            check_wait.wait_until(
+                check_wait.Readiness(lambda: (False, "not yet")),
+                alive,
+                "engine",
+                0,
+                limit_name="the 0 s left of GPU_CHECK_TOTAL_TIMEOUT_S=540 s",
+            )
+    finally:
+        alive.kill()
+        alive.wait()
+    assert str(err.value).splitlines() == [
+        "engine not ready within the 0 s left of GPU_CHECK_TOTAL_TIMEOUT_S=540 s",
+        "its readiness check last said: not yet",
+    ]
+
+
+def test_a_trainer_that_outlives_its_limit_is_stopped_and_its_log_shown(tmp_path):
+    log = tmp_path / "trainer.log"
+    log.write_text("step 1\nstep 2\n")
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(check_wait.NotReady) as err:
+        check_wait.run_until(trainer, "trainer", 0.2, "GPU_CHECK_TRAIN_TIMEOUT_S=0.2 s", log=log, poll_s=0.05)
+    assert trainer.poll() is not None  # stopped, not left running on the GPU
+    assert str(err.value).splitlines() == [
+        f"the trainer did not finish within GPU_CHECK_TRAIN_TIMEOUT_S=0.2 s; last 40 lines of {log}:",
+        "step 1",
+        "step 2",
+    ]
+
+
+def test_an_engine_that_dies_while_the_trainer_runs_stops_the_trainer_and_says_so(tmp_path):
+    engine_log, trainer_log = tmp_path / "engine.log", tmp_path / "trainer.log"
+    engine_log.write_text("torch.OutOfMemoryError: CUDA out of memory\n")
+    trainer_log.write_text("weight push 2\n")
+    engine = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    engine.wait()
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(check_wait.NotReady) as err:
+        check_wait.run_until(
+            trainer, "trainer", 60, "x", log=trainer_log, watch=((engine, "engine", engine_log),), poll_s=0.05
+        )
+    assert trainer.poll() is not None
+    assert str(err.value).splitlines() == [
+        "the engine exited with 1 while the trainer ran",
+        f"last 40 lines of {engine_log}:",
+        "torch.OutOfMemoryError: CUDA out of memory",
+        f"last 40 lines of {trainer_log}:",
+        "weight push 2",
+    ]
+
+
+def test_a_trainer_that_finishes_returns_its_seconds_and_keeps_its_exit_code(tmp_path):
+    trainer = subprocess.Popen([sys.executable, "-c", "raise SystemExit(4)"])
+    assert check_wait.run_until(trainer, "trainer", 60, "x", poll_s=0.05) < 60
+    assert trainer.returncode == 4
