@@ -10,7 +10,8 @@ Where a lost engine shows (TRL 1.16.0, read at that tag):
 
 1. In a weight push after the first. `_sync_weight_merged` runs from `on_step_end` of every step and calls the
    backend's `pause()`, `send_weights(iterator)` and `resume()`. A dead engine refuses or resets the connection
-   at once. A hung one answers nothing until a timeout: WEIGHT_SYNC_TIMEOUT_S on the mock backend's requests and on
+   at once. A hung one answers nothing until a timeout: WEIGHT_SYNC_TIMEOUT_S on the mock's and the ipc backend's
+   requests (every one of them, trainer/ipc_transfer.py) and on
    TRL's NCCL transfer (`update_weights`, and again on its `finish_weight_update` clean-up), and TRL's own fixed
    300 s (`_CONTROL_TIMEOUT`) on pause, resume and `start_weight_update`. `PushWatch` turns such a failure
    (`engine_lost`) into `EngineGone`. The first push (the cold sync at train begin) is weights.FirstSync's: it
