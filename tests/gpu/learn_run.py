@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+import check_usage
 import httpx
-from check_stack import GpuMemory, free_port
+from check_stack import free_port
 from check_wait import NotReady, Readiness, command_check, tail, wait_until
 from learn_verdict import gate_failures, log_history, table
 
@@ -122,15 +123,16 @@ def main() -> int:
         print(f"learn: {name} {figures['timings_s'][name]} s", flush=True)
         return time.monotonic()
 
-    memory = GpuMemory() if gpu else None
+    memory = None
     procs: list[subprocess.Popen] = []
     logs = {n: open(out_dir / f"{n}.log", "w") for n in ("engine", "proxy", "baseline", "trainer")}
     try:
         model = build_policy(k, out_dir)
         figures["policy"] = json.loads((model / "mock_engine.json").read_text())
         t = mark("policy build", t0)
-        if memory:
-            memory.start()
+        if gpu:
+            # The GPU check's sampler (NVML, nvidia-smi without it): per-GPU peak and busy fraction every second.
+            memory, _source = check_usage.start(lambda: {})
         engine_port, capture_port = free_port(), free_port()
         engine_url, capture_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{capture_port}"
         base_env = {
@@ -274,7 +276,8 @@ def main() -> int:
             "status": json.loads((ckpts / "status.json").read_text()),
         }
         if memory:
-            figures["gpu_peak_mib"] = dict(memory.peak)
+            figures["gpu_peak_mib"] = dict(memory.peak_gpu)
+            figures["gpu_busy_pct_mean"] = memory.busy_mean()
         figures["timings_s"]["total"] = round(time.monotonic() - t0, 1)
         print("\n" + table(figures, base_doc, final_doc, history) + "\n", flush=True)
     finally:
