@@ -36,6 +36,8 @@ FIELDS = Table(
     F.MODEL,
     F.DATASETS,
     F.EVAL_DATASETS,
+    F.TASK_INSTRUCTION_MAX_CHARS,
+    F.DATASET_BAD_TASKS,
     F.SANDBOX,
     F.E2B_API_KEY,
     Field(
@@ -127,6 +129,9 @@ class Settings:
     engine_url: str = _d("ENGINE_URL")  # the root; stack.endpoints.openai_base adds /v1
     model: str = _d("MODEL")
     datasets: tuple[str, ...] = _d("DATASETS")
+    # The dataset check (stack/datasets.py): the longest instruction served, and what a bad task gets.
+    task_instruction_max_chars: int = _d("TASK_INSTRUCTION_MAX_CHARS")
+    dataset_bad_tasks: str = _d("DATASET_BAD_TASKS")
     sandbox: str = _d("SANDBOX")
     # Which of the backend's credentials are set; a key itself is never held here, so no report can print it.
     credentials_set: tuple[str, ...] = ()
@@ -231,6 +236,8 @@ class Settings:
             engine_url=read_engine_url(read),
             model=get("MODEL"),
             datasets=datasets or fields.DATASETS.default,
+            task_instruction_max_chars=get("TASK_INSTRUCTION_MAX_CHARS"),
+            dataset_bad_tasks=get("DATASET_BAD_TASKS"),
             sandbox=sandbox,
             credentials_set=SANDBOXES.get(sandbox).credentials_set(read),
             admin_key_set=bool(get("OPENENV_CAPTURE_ADMIN_KEY")),
