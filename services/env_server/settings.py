@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stack import fields
+from stack import fields, names
 from stack.backends import SANDBOXES
 from stack.endpoints import read_engine_url
 from stack.env import Env, EnvError, Field, Table
@@ -228,6 +228,11 @@ class Settings:
         except EnvError as exc:
             task_env_allow = read.refuse(str(exc), ())
 
+        stack_name = get("STACK_NAME")
+        if stack_name and (why := names.problem("STACK_NAME", stack_name, fix="or leave it empty")):
+            # It names this stack's sandboxes and the trial folders under TRIALS_DIR (sandboxes.py).
+            stack_name = read.refuse(why, "")
+
         settings = cls(
             env_server_host=get("ENV_SERVER_HOST"),
             env_server_port=get("ENV_SERVER_PORT"),
@@ -257,7 +262,7 @@ class Settings:
             task_env_allow=task_env_allow,
             direct_url=direct_url,
             remote_tasks_ok=bool(remote_ok),
-            stack_name=get("STACK_NAME"),
+            stack_name=stack_name,
             notes=tuple(notes),
         )
         read.check()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import socket
 import stat
@@ -19,7 +18,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from stack import fields, mountinfo, space
+from stack import datasets as task_check
+from stack import fields, mountinfo, names, space
 from stack.backends import SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import BUCKET_OPT_OUT_PHRASE
@@ -117,7 +117,7 @@ def _get(env: Settings, name: str):
     return env.value(name)
 
 
-RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RUN_NAME_RE = names.NAME_RE
 
 
 @dataclass(frozen=True)
@@ -508,10 +508,38 @@ def check_hub_access(env, probes):
 
 
 def check_run_name(env, probes):
-    name = _get(env, "RUN_NAME")
-    if name and not RUN_NAME_RE.match(name):
-        return f"RUN_NAME={name!r} is not a usable folder name: use letters, digits, '.', '_' and '-' (no '/'), or leave it empty for a fresh name"
+    """RUN_NAME by the one rule for names that become folders (stack/names.py), and not on a file where the trainer
+    makes its folder (it died there with a FileExistsError traceback). STACK_NAME is env-server-settings' line."""
+    name, bucket = _get(env, "RUN_NAME"), _get(env, "BUCKET_DIR")
+    if not name:
+        return None
+    root = _get(env, "CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
+    return names.problem("RUN_NAME", name, root, fix="or leave it empty for a fresh name")
+
+
+def check_resume(env, probes):
+    """An explicit RUN_NAME whose every checkpoint is broken (trainer/resume.py): refused here, before the engine
+    loads, in the line the trainer would stop with. A broken newest one with an older that loads is passed over
+    by the trainer (it names it), not refused."""
+    settings, _problems = env.trainer()
+    if not settings.run_name_explicit:
+        return None
+    from trainer.resume import pick
+
+    pick(settings.run_dir)  # EnvError: its line is the finding
     return None
+
+
+def check_datasets(env, probes):
+    """Every task of the dataset folders this container can see, by the check env-server starts with
+    (stack/datasets.py), one line per bad task. Folders only env-server mounts are checked there."""
+    try:
+        from openenv.harbor.tasks import resolve_task_dirs
+    except ImportError:  # an image without OpenEnv's discovery: env-server checks every task at its start
+        return None
+    read = Env(env.env, collect=True)
+    specs = (*read.get(fields.DATASETS), *read.get(fields.EVAL_DATASETS))
+    return task_check.preflight_problems(env.env, specs, resolve_task_dirs) or None
 
 
 def check_weight_transfer(env, probes):
@@ -549,6 +577,8 @@ CHECKS: dict[str, Callable] = {
     "tunnel-settings": check_tunnel_settings,
     "report-to": check_report_to,
     "run-name": check_run_name,
+    "resume": check_resume,
+    "datasets": check_datasets,
     "weight-transfer": check_weight_transfer,
     "trainer-gpus": check_trainer_gpus,
     "hub-access": check_hub_access,

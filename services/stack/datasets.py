@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,3 +130,16 @@ def check_visible(specs: Iterable[str], max_chars: int, resolve: Callable[[str],
             continue
         lines += check(spec, dirs, max_chars).bad
     return lines
+
+
+def preflight_problems(env: Mapping[str, str], specs: Iterable[str], resolve: Callable[[str], list[Path]]) -> list[str]:
+    """`check_visible` with env-server's own settings (TASK_INSTRUCTION_MAX_CHARS, DATASET_BAD_TASKS) read from
+    `env`: nothing under DATASET_BAD_TASKS=skip, where env-server serves the others and counts what it left out.
+    A bad value of either setting is env-server-settings' line; its default is used here."""
+    from . import fields
+    from .env import Env
+
+    read = Env(env, collect=True)
+    if read.get(fields.DATASET_BAD_TASKS) == "skip":
+        return []
+    return check_visible(specs, read.get(fields.TASK_INSTRUCTION_MAX_CHARS), resolve)

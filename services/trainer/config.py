@@ -15,11 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stack import fields
+from stack import fields, names
 from stack.endpoints import openai_base, read_engine_url
 from stack.env import _UNSET, Env, EnvError, Field, Table
-
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
 def fresh_run_name(model: str, harness: str, max_steps: int, now: float | None = None) -> str:
@@ -30,13 +28,10 @@ def fresh_run_name(model: str, harness: str, max_steps: int, now: float | None =
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The highest `checkpoint-N` that was completely written (trainer_state.json is saved last)."""
-    best, best_step = None, -1
-    for child in Path(run_dir).glob("checkpoint-*"):
-        match = CHECKPOINT_RE.match(child.name)
-        if match and (child / "trainer_state.json").is_file() and int(match.group(1)) > best_step:
-            best, best_step = child, int(match.group(1))
-    return best
+    """The newest `checkpoint-N` that is complete and loads (trainer/resume.py; EnvError when none does)."""
+    from .resume import pick
+
+    return pick(run_dir).path
 
 
 def _splits(value: str) -> tuple[str, ...]:
@@ -375,9 +370,12 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
 
     model, harness, max_steps = get("MODEL"), get("HARNESS"), get("MAX_STEPS")
     explicit = get("RUN_NAME")
+    bucket_dir = get("BUCKET_DIR")
+    root = get("CHECKPOINT_ROOT") or str(Path(bucket_dir) / "checkpoints")
+    if explicit and (why := names.problem("RUN_NAME", explicit, root, fix="or leave it empty for a fresh name")):
+        explicit = r.refuse(why, "")
     num_generations = get("NUM_GENERATIONS")
     weight_transfer = get("WEIGHT_TRANSFER")
-    bucket_dir = get("BUCKET_DIR")
     settings = Settings(
         model=model,
         engine_url=read_engine_url(r),
