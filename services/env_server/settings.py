@@ -189,6 +189,18 @@ class Settings:
             )
             max_envs = max_inflight
 
+        capture_max_concurrent = get("CAPTURE_MAX_CONCURRENT")
+        if max_inflight > capture_max_concurrent:
+            # Each in-flight rollout makes one model call at a time through the capture port; past its cap the
+            # surplus gets 429s (front.py) while each holds a paid sandbox.
+            read.refuse(
+                f"MAX_INFLIGHT_ROLLOUTS={max_inflight} is above CAPTURE_MAX_CONCURRENT={capture_max_concurrent}, the "
+                "model calls the capture proxy admits at once, so the surplus rollouts would wait on 429s holding "
+                f"their sandboxes: raise CAPTURE_MAX_CONCURRENT to at least {max_inflight}, or lower "
+                "MAX_INFLIGHT_ROLLOUTS",
+                None,
+            )
+
         # Each refusal below is recorded and the read goes on (with the field's default in its place), so one
         # start, and preflight, names every bad setting at once rather than the first of them.
         capture_host = get("CAPTURE_HOST")
@@ -258,7 +270,7 @@ class Settings:
             handoff_dir=get("HANDOFF_DIR"),
             shutdown_grace_s=get("ENV_SERVER_SHUTDOWN_GRACE_S"),
             capture_max_body_mb=get("CAPTURE_MAX_BODY_MB"),
-            capture_max_concurrent=get("CAPTURE_MAX_CONCURRENT"),
+            capture_max_concurrent=capture_max_concurrent,
             task_env_allow=task_env_allow,
             direct_url=direct_url,
             remote_tasks_ok=bool(remote_ok),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import stat
@@ -530,6 +531,55 @@ def check_resume(env, probes):
     return None
 
 
+def _count(env, name: str) -> int | None:
+    """A positive whole number set in `env`, else None (a bad value is its own service's line)."""
+    raw = env.read.text(name)
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def check_engine_parallel(env, probes):
+    """The engine's ENGINE_TENSOR_PARALLEL_SIZE x ENGINE_DATA_PARALLEL_SIZE against the GPUs compose gives it
+    (ENGINE_GPUS): vLLM places one rank per GPU and fails at start, after the model download, when they differ.
+    The sizes are the engine's fields (engine/command.py, not in this image): a bad value is the engine's line."""
+    gpus = [g for g in env.read.text("ENGINE_GPUS").split(",") if g.strip()]
+    if not gpus or cluster.on_kubernetes(env):
+        return None  # on Kubernetes the chart sets the engine's GPUs from the same values (deploy/helm)
+    tp = _count(env, "ENGINE_TENSOR_PARALLEL_SIZE") or 1
+    dp = _count(env, "ENGINE_DATA_PARALLEL_SIZE") or 1
+    if tp * dp != len(gpus):
+        return (
+            f"ENGINE_TENSOR_PARALLEL_SIZE={tp} x ENGINE_DATA_PARALLEL_SIZE={dp} needs {tp * dp} engine GPU(s) but "
+            f"ENGINE_GPUS={','.join(g.strip() for g in gpus)} gives it {len(gpus)}: list {tp * dp} device id(s) in "
+            "ENGINE_GPUS, or set the sizes so TP x DP equals their number"
+        )
+    return None
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def check_stop_grace(env, probes):
+    """env-server closes its sandboxes within ENV_SERVER_SHUTDOWN_GRACE_S of a stop; compose kills it after
+    ENV_SERVER_STOP_GRACE (a Docker duration, e.g. 90s). A closing time at or past the kill leaves sandboxes
+    running (and billing) after the process is gone."""
+    raw = env.read.text("ENV_SERVER_STOP_GRACE")
+    match = _DURATION.match(raw.replace(" ", "")) if raw else None
+    if not raw or not match or not any(match.groups()):
+        return None if not raw else f"ENV_SERVER_STOP_GRACE={raw!r} is not a Docker duration: set it like 90s or 2m"
+    h, m, sec = (float(g or 0) for g in match.groups())
+    stop_s = h * 3600 + m * 60 + sec
+    from env_server.settings import FIELDS as ENV_SERVER_FIELDS
+
+    grace = Env(env.env, collect=True).get(ENV_SERVER_FIELDS["ENV_SERVER_SHUTDOWN_GRACE_S"])
+    if grace >= stop_s:
+        return (
+            f"ENV_SERVER_SHUTDOWN_GRACE_S={grace:g} is not below ENV_SERVER_STOP_GRACE={raw} ({stop_s:g} s), so Docker "
+            "would kill env-server while it still closes sandboxes, and those keep running: set "
+            f"ENV_SERVER_SHUTDOWN_GRACE_S below {stop_s:g} (default 75 with 90s), or raise ENV_SERVER_STOP_GRACE"
+        )
+    return None
+
+
 def check_datasets(env, probes):
     """Every task of the dataset folders this container can see, by the check env-server starts with
     (stack/datasets.py), one line per bad task. Folders only env-server mounts are checked there."""
@@ -578,6 +628,8 @@ CHECKS: dict[str, Callable] = {
     "report-to": check_report_to,
     "run-name": check_run_name,
     "resume": check_resume,
+    "engine-parallel": check_engine_parallel,
+    "stop-grace": check_stop_grace,
     "datasets": check_datasets,
     "weight-transfer": check_weight_transfer,
     "trainer-gpus": check_trainer_gpus,
@@ -591,7 +643,16 @@ CHECKS: dict[str, Callable] = {
 # ("found 1 GPU(s), need REQUIRED_GPUS=2"); its own view is checked by "trainer-gpus".
 # env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer; nor does the disk that
 # holds the env server's trials folder.
-PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "env-server-settings", "tunnel-settings", "trials-disk"}
+PREFLIGHT_ONLY = {
+    "ports",
+    "sandbox",
+    "gpus",
+    "env-server-settings",
+    "tunnel-settings",
+    "trials-disk",
+    "engine-parallel",
+    "stop-grace",
+}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
 TRAINER_ONLY = {"trainer-gpus", "hub-access"}
 

@@ -27,12 +27,14 @@ MODEL = Field(
     "text",
     "Qwen/Qwen3-1.7B",
     "Hugging Face model id (or a path under the bucket) served by the engine and trained by the trainer",
+    blank_refused=True,
 )
 DATASETS = Field(
     "DATASETS",
     "words",
     (DEFAULT_DATASET,),
     "comma-separated task datasets: Hub ids, Harbor name@version, or folders inside the env server",
+    blank_refused=True,
 )
 EVAL_DATASETS = Field("EVAL_DATASETS", "words", (), "held-out datasets, served too, never trained on")
 # stack/datasets.py: what a task may be. The agent gets the whole instruction on every turn, and the Task API

@@ -425,7 +425,27 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
             f"(default {FIELDS['MAX_OUTPUT_TOKENS'].default}), or raise ENGINE_MAX_MODEL_LEN",
             None,
         )
+    cross_field_rules(r, settings)
     return settings, r.problems
+
+
+def cross_field_rules(r: Env, s: Settings) -> None:
+    """Pairs of trainer settings that each pass alone and contradict each other, one line each (preflight's
+    trainer-settings reports them before the engine is paid for)."""
+    if s.save_steps > s.max_steps and r.raw("SAVE_STEPS") is not None:
+        # The Trainer saves every SAVE_STEPS steps and at the last: a run shorter than that has nothing to resume
+        # from until it ends. Only a SAVE_STEPS the operator set: the default with a short MAX_STEPS is no choice.
+        r.refuse(
+            f"SAVE_STEPS={s.save_steps} is longer than the run (MAX_STEPS={s.max_steps}), so no checkpoint would be "
+            f"saved before its end and a crash would lose every step: set SAVE_STEPS to at most {s.max_steps}",
+            None,
+        )
+    if s.hub.push_checkpoints and not s.hub.model_id:
+        r.refuse(
+            "HUB_PUSH_CHECKPOINTS=1 but HUB_MODEL_ID is empty, so there is no repository to push them to: set "
+            "HUB_MODEL_ID (e.g. your-name/qwen3-harbor-grpo), or HUB_PUSH_CHECKPOINTS=0",
+            None,
+        )
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
