@@ -193,6 +193,8 @@ def check_bucket_mount(env, probes):
 
 def check_bucket_writable(env, probes):
     bucket = _get(env, "BUCKET_DIR")
+    if os.path.exists(bucket) and not os.path.isdir(bucket):
+        return f"bucket {bucket} is a file, not a folder: bind the host's BUCKET_PATH (a folder) to {bucket}"
     if not os.path.isdir(bucket):
         return f"bucket {bucket} does not exist in the container: bind the host's BUCKET_PATH to {bucket}"
     try:
@@ -595,7 +597,9 @@ def check_datasets(env, probes):
 def check_weight_transfer(env, probes):
     import importlib.util
 
-    # A value outside the field's choices reads as its default here; trainer-settings reports it.
+    if "WEIGHT_TRANSFER" in env.refusals:
+        # Its one line is the refusal; the default's needs (nccl's vllm) would be a second, misleading one.
+        return None
     transfer = WEIGHT_TRANSFERS.get(_get(env, "WEIGHT_TRANSFER"))
     try:
         spec = importlib.util.find_spec(transfer.requires)

@@ -42,12 +42,14 @@ _UNSET: Any = object()
 # Names whose values are never printed: every field declared `secret=True` (added as it is declared), and
 # any name that says it holds a credential, for the few variables read without a field.
 SECRET_NAMES: set[str] = set()
+# Every declared field's name: a field says itself whether it is secret (REWARD_KEY names a reward, not a key).
+DECLARED_NAMES: set[str] = set()
 _SECRET_WORDS = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
 
 
 def shown(name: str, value: str) -> str:
     """`value` as a refusal line may print it: quoted, or only its length for a secret."""
-    if name in SECRET_NAMES or _SECRET_WORDS.search(name):
+    if name in SECRET_NAMES or (name not in DECLARED_NAMES and _SECRET_WORDS.search(name)):
         return f"<secret, {len(value)} characters>"
     return repr(value)
 
@@ -95,6 +97,7 @@ class Field:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: unknown kind {self.kind!r}")
+        DECLARED_NAMES.add(self.name)
         if self.secret:
             SECRET_NAMES.add(self.name)
 

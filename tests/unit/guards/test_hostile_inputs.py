@@ -144,3 +144,33 @@ def test_contradictory_pairs_are_one_line_each(tmp_path, over, check, line):
 )
 def test_the_pairs_that_agree_pass(tmp_path, over):
     assert lines(good_env(tmp_path, **over), tmp_path) == []
+
+
+def test_an_unknown_weight_transfer_is_one_line_not_two(tmp_path):
+    found = [
+        (f.check, f.message) for f in run_all(good_env(tmp_path, WEIGHT_TRANSFER="gloo"), probes_for(tmp_path, GCSFUSE))
+    ]
+    assert found == [
+        (
+            "trainer-settings",
+            "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of: nccl (vLLM's NCCL weight transfer, "
+            "GPU), mock (the mock engine's HTTP backend, the CPU form) (default nccl)",
+        )
+    ]
+
+
+def test_a_bucket_path_that_is_a_file_is_called_a_file(tmp_path):
+    env = good_env(tmp_path)
+    shutil.rmtree(tmp_path / "bucket")
+    (tmp_path / "bucket").write_text("oops")
+    assert dict(lines(env, tmp_path))["bucket-writable"] == (
+        f"bucket {tmp_path}/bucket is a file, not a folder: bind the host's BUCKET_PATH (a folder) to {tmp_path}/bucket"
+    )
+
+
+def test_reward_key_is_shown_it_is_not_a_secret():
+    from stack.env import shown
+
+    assert shown("REWARD_KEY", "pass\n") == "'pass\\n'"
+    assert shown("E2B_API_KEY", "e2b_x") == "<secret, 5 characters>"
+    assert shown("SOME_UNDECLARED_TOKEN", "abc") == "<secret, 3 characters>"
