@@ -211,6 +211,10 @@ component's own keys over it; a key set to null globally is left out (OpenShift 
 
 {{- define "agh.podSecurity" -}}
 {{- $ps := include "agh.podSecurityValues" . | fromJson -}}
+{{- /* Root only by name: a pod of this chart runs model-written code's neighbours and the bucket's writers. */ -}}
+{{- if and (or (eq (toString $ps.runAsNonRoot) "false") (eq (toString $ps.runAsUser) "0")) (ne (toString $ps.allowRunAsRoot) "true") }}
+{{- fail (printf "podSecurity would run this pod as root (runAsNonRoot=%v, runAsUser=%v): use a non-root UID, or set podSecurity.allowRunAsRoot: true where root is meant" $ps.runAsNonRoot $ps.runAsUser) }}
+{{- end }}
 securityContext:
   {{- if kindIs "bool" $ps.runAsNonRoot }}
   runAsNonRoot: {{ $ps.runAsNonRoot }}
@@ -305,6 +309,9 @@ the chart already sets is refused (two values for one name: the later one silent
 {{- range .comp.extraEnv }}
 {{- if regexMatch (printf "(?m)^- name: %s$" .name) $env }}
 {{- fail (printf "extraEnv sets %s, which the chart already sets for this container: use the chart's value (config.%s or the matching key) instead" .name .name) }}
+{{- end }}
+{{- if and (hasKey . "value") (regexMatch "(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$" .name) }}
+{{- fail (printf "extraEnv sets %s as a plain value, and its name says it holds a secret (plain values land in the pod spec, readable by anyone who may read pods): keep it in a Secret and use valueFrom.secretKeyRef" .name) }}
 {{- end }}
 {{- end }}
 {{- with .comp.extraEnv }}
