@@ -564,6 +564,8 @@ def check_stop_grace(env, probes):
     """env-server closes its sandboxes within ENV_SERVER_SHUTDOWN_GRACE_S of a stop; compose kills it after
     ENV_SERVER_STOP_GRACE (a Docker duration, e.g. 90s). A closing time at or past the kill leaves sandboxes
     running (and billing) after the process is gone."""
+    if cluster.on_kubernetes(env):
+        return None  # the chart refuses it against envServer.terminationGracePeriodSeconds at render
     raw = env.read.text("ENV_SERVER_STOP_GRACE")
     match = _DURATION.match(raw.replace(" ", "")) if raw else None
     if not raw or not match or not any(match.groups()):
