@@ -16,7 +16,8 @@ from typing import Any
 
 import httpx
 
-from stack import handoff, mountinfo
+from stack import datasets as task_check
+from stack import fields, handoff, mountinfo
 from stack.backends import SANDBOXES
 from stack.facts import DEFAULT_DATASET
 
@@ -29,14 +30,41 @@ from .settings import REMOTE_TASKS_OK_PHRASE, EnvError, Settings
 class DatasetStatus:
     spec: str
     num_tasks: int
+    # DATASET_BAD_TASKS=skip: one line per task left out (stack/datasets.py), printed in the start report.
+    skipped: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        if not self.skipped:
+            return f"dataset   {self.spec}: {self.num_tasks} tasks"
+        return (
+            f"dataset   {self.spec}: {self.num_tasks} tasks served, {len(self.skipped)} skipped "
+            "(DATASET_BAD_TASKS=skip; each below)"
+        )
 
 
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", ".", "~"))
+_looks_like_path = task_check.is_local
 
 
-def check_datasets(specs: tuple[str, ...]) -> list[DatasetStatus]:
-    """Resolve every dataset with OpenEnv's own resolver (Hub id, `name@version`, or a folder)."""
+def _serve_only(spec: str, good: list[Path]) -> None:
+    """Every later lookup of `spec` (the Task API, rollouts, prebuild) gets the tasks that passed.
+
+    Relies on openenv 0.10.0's `openenv.harbor.tasks._CACHE` (read there): `resolve_task_dirs` answers from it
+    for the life of the process, and nothing in the served paths asks it to refresh."""
+    from openenv.harbor import tasks
+
+    with tasks._LOCK:
+        tasks._CACHE[spec] = list(good)
+
+
+def check_datasets(
+    specs: tuple[str, ...],
+    *,
+    max_chars: int = fields.TASK_INSTRUCTION_MAX_CHARS.default,
+    bad_tasks: str = fields.DATASET_BAD_TASKS.default,
+) -> list[DatasetStatus]:
+    """Resolve every dataset with OpenEnv's own resolver (Hub id, `name@version`, or a folder), then check
+    each task it found (stack/datasets.py): a bad one refuses the start, one line per task, or
+    (DATASET_BAD_TASKS=skip) is left out of what is served and counted."""
     from openenv.harbor.tasks import resolve_task_dirs
 
     found: list[DatasetStatus] = []
@@ -57,7 +85,17 @@ def check_datasets(specs: tuple[str, ...]) -> list[DatasetStatus]:
                 "in .env: a local folder of Harbor tasks, a Hub dataset id (needs HF_TOKEN for a private "
                 "one), or a Harbor registry name@version"
             ) from None
-        found.append(DatasetStatus(spec, len(dirs)))
+        checked = task_check.check(spec, dirs, max_chars)
+        if checked.bad and bad_tasks != "skip":
+            raise EnvError(checked.bad)
+        if not checked.good:
+            raise EnvError(
+                f"DATASETS entry {spec!r}: none of its {len(dirs)} tasks passed the dataset check, so nothing "
+                f"would be served: fix them ({checked.bad[0]})"
+            )
+        if checked.bad:
+            _serve_only(spec, checked.good)
+        found.append(DatasetStatus(spec, len(checked.good), tuple(checked.bad)))
     return found
 
 

@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any
 
+from stack import datasets as task_check
 from stack import handoff
 from stack.backends import SANDBOXES
 from stack.endpoints import openai_base
@@ -147,12 +148,15 @@ def main() -> None:
     lines: list[str] = []
     try:
         checks.check_dataset_sources(settings)
-        datasets = checks.check_datasets(settings.datasets)
+        datasets = checks.check_datasets(
+            settings.datasets, max_chars=settings.task_instruction_max_chars, bad_tasks=settings.dataset_bad_tasks
+        )
         sandbox = checks.check_sandbox(settings)
     except EnvError as exc:
         fail(str(exc))
     for d in datasets:
-        lines.append(f"dataset   {d.spec}: {d.num_tasks} tasks")
+        lines.append(d.line())
+        lines += [f"          skipped: {why.removesuffix(' ' + task_check.SKIP_HINT)}" for why in d.skipped]
     lines.append(checks.drop_unneeded_hf_token(settings.datasets, os.environ))
     lines.append(f"sandbox   {settings.sandbox}")
     lines += sandbox.lines
@@ -162,6 +166,9 @@ def main() -> None:
 
     lines.append(agent_install.apply(settings.agent_install, settings.wheelhouse_dir))
     lines.append(task_env.install(settings.task_env_allow))
+    from . import task_preview
+
+    lines.append(task_preview.install(settings.task_instruction_max_chars))
 
     from . import sandboxes
 

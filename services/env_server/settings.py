@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from stack import fields
+from stack import fields, names
 from stack.backends import SANDBOXES
 from stack.endpoints import read_engine_url
 from stack.env import Env, EnvError, Field, Table
@@ -36,6 +36,8 @@ FIELDS = Table(
     F.MODEL,
     F.DATASETS,
     F.EVAL_DATASETS,
+    F.TASK_INSTRUCTION_MAX_CHARS,
+    F.DATASET_BAD_TASKS,
     F.SANDBOX,
     F.E2B_API_KEY,
     Field(
@@ -127,6 +129,9 @@ class Settings:
     engine_url: str = _d("ENGINE_URL")  # the root; stack.endpoints.openai_base adds /v1
     model: str = _d("MODEL")
     datasets: tuple[str, ...] = _d("DATASETS")
+    # The dataset check (stack/datasets.py): the longest instruction served, and what a bad task gets.
+    task_instruction_max_chars: int = _d("TASK_INSTRUCTION_MAX_CHARS")
+    dataset_bad_tasks: str = _d("DATASET_BAD_TASKS")
     sandbox: str = _d("SANDBOX")
     # Which of the backend's credentials are set; a key itself is never held here, so no report can print it.
     credentials_set: tuple[str, ...] = ()
@@ -184,6 +189,18 @@ class Settings:
             )
             max_envs = max_inflight
 
+        capture_max_concurrent = get("CAPTURE_MAX_CONCURRENT")
+        if max_inflight > capture_max_concurrent:
+            # Each in-flight rollout makes one model call at a time through the capture port; past its cap the
+            # surplus gets 429s (front.py) while each holds a paid sandbox.
+            read.refuse(
+                f"MAX_INFLIGHT_ROLLOUTS={max_inflight} is above CAPTURE_MAX_CONCURRENT={capture_max_concurrent}, the "
+                "model calls the capture proxy admits at once, so the surplus rollouts would wait on 429s holding "
+                f"their sandboxes: raise CAPTURE_MAX_CONCURRENT to at least {max_inflight}, or lower "
+                "MAX_INFLIGHT_ROLLOUTS",
+                None,
+            )
+
         # Each refusal below is recorded and the read goes on (with the field's default in its place), so one
         # start, and preflight, names every bad setting at once rather than the first of them.
         capture_host = get("CAPTURE_HOST")
@@ -223,6 +240,11 @@ class Settings:
         except EnvError as exc:
             task_env_allow = read.refuse(str(exc), ())
 
+        stack_name = get("STACK_NAME")
+        if stack_name and (why := names.problem("STACK_NAME", stack_name, fix="or leave it empty")):
+            # It names this stack's sandboxes and the trial folders under TRIALS_DIR (sandboxes.py).
+            stack_name = read.refuse(why, "")
+
         settings = cls(
             env_server_host=get("ENV_SERVER_HOST"),
             env_server_port=get("ENV_SERVER_PORT"),
@@ -231,6 +253,8 @@ class Settings:
             engine_url=read_engine_url(read),
             model=get("MODEL"),
             datasets=datasets or fields.DATASETS.default,
+            task_instruction_max_chars=get("TASK_INSTRUCTION_MAX_CHARS"),
+            dataset_bad_tasks=get("DATASET_BAD_TASKS"),
             sandbox=sandbox,
             credentials_set=SANDBOXES.get(sandbox).credentials_set(read),
             admin_key_set=bool(get("OPENENV_CAPTURE_ADMIN_KEY")),
@@ -246,11 +270,11 @@ class Settings:
             handoff_dir=get("HANDOFF_DIR"),
             shutdown_grace_s=get("ENV_SERVER_SHUTDOWN_GRACE_S"),
             capture_max_body_mb=get("CAPTURE_MAX_BODY_MB"),
-            capture_max_concurrent=get("CAPTURE_MAX_CONCURRENT"),
+            capture_max_concurrent=capture_max_concurrent,
             task_env_allow=task_env_allow,
             direct_url=direct_url,
             remote_tasks_ok=bool(remote_ok),
-            stack_name=get("STACK_NAME"),
+            stack_name=stack_name,
             notes=tuple(notes),
         )
         read.check()

@@ -19,7 +19,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from stack import fields, mountinfo, space
+from stack import datasets as task_check
+from stack import fields, mountinfo, names, space
 from stack.backends import SANDBOXES, TUNNEL_PROVIDERS, WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import BUCKET_OPT_OUT_PHRASE
@@ -117,7 +118,7 @@ def _get(env: Settings, name: str):
     return env.value(name)
 
 
-RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RUN_NAME_RE = names.NAME_RE
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,8 @@ def check_bucket_mount(env, probes):
 
 def check_bucket_writable(env, probes):
     bucket = _get(env, "BUCKET_DIR")
+    if os.path.exists(bucket) and not os.path.isdir(bucket):
+        return f"bucket {bucket} is a file, not a folder: bind the host's BUCKET_PATH (a folder) to {bucket}"
     if not os.path.isdir(bucket):
         return f"bucket {bucket} does not exist in the container: bind the host's BUCKET_PATH to {bucket}"
     try:
@@ -496,16 +499,97 @@ def check_hub_access(env, probes):
 
 
 def check_run_name(env, probes):
-    name = _get(env, "RUN_NAME")
-    if name and not RUN_NAME_RE.match(name):
-        return f"RUN_NAME={name!r} is not a usable folder name: use letters, digits, '.', '_' and '-' (no '/'), or leave it empty for a fresh name"
+    """RUN_NAME by the one rule for names that become folders (stack/names.py), and not on a file where the trainer
+    makes its folder (it died there with a FileExistsError traceback). STACK_NAME is env-server-settings' line."""
+    name, bucket = _get(env, "RUN_NAME"), _get(env, "BUCKET_DIR")
+    if not name:
+        return None
+    root = _get(env, "CHECKPOINT_ROOT") or f"{bucket}/checkpoints"
+    return names.problem("RUN_NAME", name, root, fix="or leave it empty for a fresh name")
+
+
+def check_resume(env, probes):
+    """An explicit RUN_NAME whose every checkpoint is broken (trainer/resume.py): refused here, before the engine
+    loads, in the line the trainer would stop with. A broken newest one with an older that loads is passed over
+    by the trainer (it names it), not refused."""
+    settings, _problems = env.trainer()
+    if not settings.run_name_explicit:
+        return None
+    from trainer.resume import pick
+
+    pick(settings.run_dir)  # EnvError: its line is the finding
     return None
+
+
+def _count(env, name: str) -> int | None:
+    """A positive whole number set in `env`, else None (a bad value is its own service's line)."""
+    raw = env.read.text(name)
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+
+
+def check_engine_parallel(env, probes):
+    """The engine's ENGINE_TENSOR_PARALLEL_SIZE x ENGINE_DATA_PARALLEL_SIZE against the GPUs compose gives it
+    (ENGINE_GPUS): vLLM places one rank per GPU and fails at start, after the model download, when they differ.
+    The sizes are the engine's fields (engine/command.py, not in this image): a bad value is the engine's line."""
+    gpus = [g for g in env.read.text("ENGINE_GPUS").split(",") if g.strip()]
+    if not gpus or cluster.on_kubernetes(env):
+        return None  # on Kubernetes the chart sets the engine's GPUs from the same values (deploy/helm)
+    tp = _count(env, "ENGINE_TENSOR_PARALLEL_SIZE") or 1
+    dp = _count(env, "ENGINE_DATA_PARALLEL_SIZE") or 1
+    if tp * dp != len(gpus):
+        return (
+            f"ENGINE_TENSOR_PARALLEL_SIZE={tp} x ENGINE_DATA_PARALLEL_SIZE={dp} needs {tp * dp} engine GPU(s) but "
+            f"ENGINE_GPUS={','.join(g.strip() for g in gpus)} gives it {len(gpus)}: list {tp * dp} device id(s) in "
+            "ENGINE_GPUS, or set the sizes so TP x DP equals their number"
+        )
+    return None
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def check_stop_grace(env, probes):
+    """env-server closes its sandboxes within ENV_SERVER_SHUTDOWN_GRACE_S of a stop; compose kills it after
+    ENV_SERVER_STOP_GRACE (a Docker duration, e.g. 90s). A closing time at or past the kill leaves sandboxes
+    running (and billing) after the process is gone."""
+    if cluster.on_kubernetes(env):
+        return None  # the chart refuses it against envServer.terminationGracePeriodSeconds at render
+    raw = env.read.text("ENV_SERVER_STOP_GRACE")
+    match = _DURATION.match(raw.replace(" ", "")) if raw else None
+    if not raw or not match or not any(match.groups()):
+        return None if not raw else f"ENV_SERVER_STOP_GRACE={raw!r} is not a Docker duration: set it like 90s or 2m"
+    h, m, sec = (float(g or 0) for g in match.groups())
+    stop_s = h * 3600 + m * 60 + sec
+    from env_server.settings import FIELDS as ENV_SERVER_FIELDS
+
+    grace = Env(env.env, collect=True).get(ENV_SERVER_FIELDS["ENV_SERVER_SHUTDOWN_GRACE_S"])
+    if grace >= stop_s:
+        return (
+            f"ENV_SERVER_SHUTDOWN_GRACE_S={grace:g} is not below ENV_SERVER_STOP_GRACE={raw} ({stop_s:g} s), so Docker "
+            "would kill env-server while it still closes sandboxes, and those keep running: set "
+            f"ENV_SERVER_SHUTDOWN_GRACE_S below {stop_s:g} (default 75 with 90s), or raise ENV_SERVER_STOP_GRACE"
+        )
+    return None
+
+
+def check_datasets(env, probes):
+    """Every task of the dataset folders this container can see, by the check env-server starts with
+    (stack/datasets.py), one line per bad task. Folders only env-server mounts are checked there."""
+    try:
+        from openenv.harbor.tasks import resolve_task_dirs
+    except ImportError:  # an image without OpenEnv's discovery: env-server checks every task at its start
+        return None
+    read = Env(env.env, collect=True)
+    specs = (*read.get(fields.DATASETS), *read.get(fields.EVAL_DATASETS))
+    return task_check.preflight_problems(env.env, specs, resolve_task_dirs) or None
 
 
 def check_weight_transfer(env, probes):
     import importlib.util
 
-    # A value outside the field's choices reads as its default here; trainer-settings reports it.
+    if "WEIGHT_TRANSFER" in env.refusals:
+        # Its one line is the refusal; the default's needs (nccl's vllm) would be a second, misleading one.
+        return None
     transfer = WEIGHT_TRANSFERS.get(_get(env, "WEIGHT_TRANSFER"))
     try:
         spec = importlib.util.find_spec(transfer.requires)
@@ -539,6 +623,10 @@ CHECKS: dict[str, Callable] = {
     "tunnel-settings": check_tunnel_settings,
     "report-to": check_report_to,
     "run-name": check_run_name,
+    "resume": check_resume,
+    "engine-parallel": check_engine_parallel,
+    "stop-grace": check_stop_grace,
+    "datasets": check_datasets,
     "weight-transfer": check_weight_transfer,
     "trainer-gpus": check_trainer_gpus,
     "hub-access": check_hub_access,
@@ -551,7 +639,17 @@ CHECKS: dict[str, Callable] = {
 # ("found 1 GPU(s), need REQUIRED_GPUS=2"); its own view is checked by "trainer-gpus".
 # env-server's and tunnel-check's settings reach preflight (compose.yaml), not the trainer; nor does the disk that
 # holds the env server's trials folder.
-PREFLIGHT_ONLY = {"ports", "sandbox", "gpus", "one-gpu-fit", "env-server-settings", "tunnel-settings", "trials-disk"}
+PREFLIGHT_ONLY = {
+    "ports",
+    "sandbox",
+    "gpus",
+    "one-gpu-fit",
+    "env-server-settings",
+    "tunnel-settings",
+    "trials-disk",
+    "engine-parallel",
+    "stop-grace",
+}
 # Preflight sees every GPU of the host (it counts them); only the trainer's own view matters here.
 TRAINER_ONLY = {"trainer-gpus", "hub-access"}
 

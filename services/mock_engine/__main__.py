@@ -18,6 +18,7 @@ Environment:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -69,6 +70,15 @@ def main() -> None:
         sys.exit(
             f"mock_engine: MOCK_MODEL_DIR={model_dir} holds no model; build one with "
             f"`python -m mock_engine.build_model {model_dir}`"
+        )
+    try:
+        with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as fh:
+            if not isinstance(json.load(fh), dict):
+                raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:  # transformers would end this in a traceback at load
+        sys.exit(
+            f"mock_engine: MOCK_MODEL_DIR={model_dir} has a broken config.json ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:120]}); rebuild it with `python -m mock_engine.build_model {model_dir}`"
         )
     try:
         active = faults.from_env(os.environ)

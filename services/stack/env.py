@@ -42,12 +42,14 @@ _UNSET: Any = object()
 # Names whose values are never printed: every field declared `secret=True` (added as it is declared), and
 # any name that says it holds a credential, for the few variables read without a field.
 SECRET_NAMES: set[str] = set()
+# Every declared field's name: a field says itself whether it is secret (REWARD_KEY names a reward, not a key).
+DECLARED_NAMES: set[str] = set()
 _SECRET_WORDS = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$")
 
 
 def shown(name: str, value: str) -> str:
     """`value` as a refusal line may print it: quoted, or only its length for a secret."""
-    if name in SECRET_NAMES or _SECRET_WORDS.search(name):
+    if name in SECRET_NAMES or (name not in DECLARED_NAMES and _SECRET_WORDS.search(name)):
         return f"<secret, {len(value)} characters>"
     return repr(value)
 
@@ -87,16 +89,27 @@ class Field:
     aliases: Mapping[str, str] | None = None
     secret: bool = False
     fix_above: str = ""
+    # A value that is there but says nothing (only blanks; for `words`, only commas) is refused rather than read
+    # as the default: `MODEL="  "` or `DATASETS=,` is a slip, and the default model or the starter set would
+    # start in its place without a word. Unset and empty stay the default (compose passes `${X:-}`).
+    blank_refused: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.name}: unknown kind {self.kind!r}")
+        DECLARED_NAMES.add(self.name)
         if self.secret:
             SECRET_NAMES.add(self.name)
 
     def read(self, env: Env, default: Any = _UNSET) -> Any:
         d = self.default if default is _UNSET else default
         k, fix = self.kind, self.fix
+        if self.blank_refused and (blank := self._blank(env)) is not None:
+            return env.refuse(
+                f"{self.name}={blank!r} says nothing: set {self.name} to a value, or leave it empty for the "
+                f"default ({', '.join(d) if isinstance(d, tuple) else d})",
+                d,
+            )
         if k == "integer":
             return env.integer(
                 self.name, d, minimum=self.minimum, maximum=self.maximum, fix=fix, fix_above=self.fix_above
@@ -130,6 +143,13 @@ class Field:
                 return env.refuse(f"{self.name}={raw!r} is not the opt-out phrase: {fix}", d)
             return raw or d
         return env.text(self.name, d)
+
+    def _blank(self, env: Env) -> str | None:
+        """The raw value when it is non-empty but blank (whitespace; for `words`, separators too), else None."""
+        raw = env.env.get(self.name)
+        if not raw:
+            return None
+        return raw if not raw.strip(" \t" + ("," if self.kind == "words" else "")) else None
 
 
 class Table:

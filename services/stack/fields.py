@@ -27,14 +27,33 @@ MODEL = Field(
     "text",
     "Qwen/Qwen3-1.7B",
     "Hugging Face model id (or a path under the bucket) served by the engine and trained by the trainer",
+    blank_refused=True,
 )
 DATASETS = Field(
     "DATASETS",
     "words",
     (DEFAULT_DATASET,),
     "comma-separated task datasets: Hub ids, Harbor name@version, or folders inside the env server",
+    blank_refused=True,
 )
 EVAL_DATASETS = Field("EVAL_DATASETS", "words", (), "held-out datasets, served too, never trained on")
+# stack/datasets.py: what a task may be. The agent gets the whole instruction on every turn, and the Task API
+# shows the same text (env_server/task_env.py). 1,000,000 characters is ~250k tokens: past any context served.
+TASK_INSTRUCTION_MAX_CHARS = Field(
+    "TASK_INSTRUCTION_MAX_CHARS",
+    "integer",
+    20000,
+    "longest task instruction served, in characters; a longer one is a bad task",
+    minimum=1,
+    maximum=1_000_000,
+)
+DATASET_BAD_TASKS = Field(
+    "DATASET_BAD_TASKS",
+    "choice",
+    "refuse",
+    "a task that fails the dataset check: refuse (env-server does not start) or skip (served without it, counted)",
+    choices=("refuse", "skip"),
+)
 # The choices, and the line that lists them, come from the registries (stack/backends.py).
 SANDBOX = Field("SANDBOX", "choice", "e2b", "where rollouts run", fix=SANDBOXES.fix, choices=SANDBOXES.names)
 TUNNEL_PROVIDER = Field(
@@ -174,6 +193,8 @@ SHARED = Table(
     MODEL,
     DATASETS,
     EVAL_DATASETS,
+    TASK_INSTRUCTION_MAX_CHARS,
+    DATASET_BAD_TASKS,
     SANDBOX,
     E2B_API_KEY,
     TUNNEL_PROVIDER,

@@ -15,11 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stack import fields
+from stack import fields, names
 from stack.endpoints import openai_base, read_engine_url
 from stack.env import _UNSET, Env, EnvError, Field, Table
-
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
 def fresh_run_name(model: str, harness: str, max_steps: int, now: float | None = None) -> str:
@@ -30,13 +28,10 @@ def fresh_run_name(model: str, harness: str, max_steps: int, now: float | None =
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The highest `checkpoint-N` that was completely written (trainer_state.json is saved last)."""
-    best, best_step = None, -1
-    for child in Path(run_dir).glob("checkpoint-*"):
-        match = CHECKPOINT_RE.match(child.name)
-        if match and (child / "trainer_state.json").is_file() and int(match.group(1)) > best_step:
-            best, best_step = child, int(match.group(1))
-    return best
+    """The newest `checkpoint-N` that is complete and loads (trainer/resume.py; EnvError when none does)."""
+    from .resume import pick
+
+    return pick(run_dir).path
 
 
 def _splits(value: str) -> tuple[str, ...]:
@@ -375,9 +370,12 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
 
     model, harness, max_steps = get("MODEL"), get("HARNESS"), get("MAX_STEPS")
     explicit = get("RUN_NAME")
+    bucket_dir = get("BUCKET_DIR")
+    root = get("CHECKPOINT_ROOT") or str(Path(bucket_dir) / "checkpoints")
+    if explicit and (why := names.problem("RUN_NAME", explicit, root, fix="or leave it empty for a fresh name")):
+        explicit = r.refuse(why, "")
     num_generations = get("NUM_GENERATIONS")
     weight_transfer = get("WEIGHT_TRANSFER")
-    bucket_dir = get("BUCKET_DIR")
     settings = Settings(
         model=model,
         engine_url=read_engine_url(r),
@@ -427,7 +425,27 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
             f"(default {FIELDS['MAX_OUTPUT_TOKENS'].default}), or raise ENGINE_MAX_MODEL_LEN",
             None,
         )
+    cross_field_rules(r, settings)
     return settings, r.problems
+
+
+def cross_field_rules(r: Env, s: Settings) -> None:
+    """Pairs of trainer settings that each pass alone and contradict each other, one line each (preflight's
+    trainer-settings reports them before the engine is paid for)."""
+    if s.save_steps > s.max_steps and r.raw("SAVE_STEPS") is not None:
+        # The Trainer saves every SAVE_STEPS steps and at the last: a run shorter than that has nothing to resume
+        # from until it ends. Only a SAVE_STEPS the operator set: the default with a short MAX_STEPS is no choice.
+        r.refuse(
+            f"SAVE_STEPS={s.save_steps} is longer than the run (MAX_STEPS={s.max_steps}), so no checkpoint would be "
+            f"saved before its end and a crash would lose every step: set SAVE_STEPS to at most {s.max_steps}",
+            None,
+        )
+    if s.hub.push_checkpoints and not s.hub.model_id:
+        r.refuse(
+            "HUB_PUSH_CHECKPOINTS=1 but HUB_MODEL_ID is empty, so there is no repository to push them to: set "
+            "HUB_MODEL_ID (e.g. your-name/qwen3-harbor-grpo), or HUB_PUSH_CHECKPOINTS=0",
+            None,
+        )
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:

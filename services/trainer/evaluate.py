@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from stack import atomic
+from stack import atomic, names
 
 from .engine_gone import EngineGone
 from .factory import TaskRef, task_ref_from_prompt
@@ -275,13 +275,18 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
     except ValueError as exc:
         print(f"evaluate: {exc}", file=sys.stderr)
         return 2
+    evals = Path(s.bucket_dir) / "evals"
+    if why := names.problem("--name", args.name, evals):
+        # The name is a folder under <bucket>/evals: '../x' or '/x' would write outside it, '' into evals/ itself.
+        print(f"evaluate: {why}", file=sys.stderr)
+        return 2
     runner = runner or runner_from_settings(s)
     try:
         doc = evaluate(runner, runner.task_rows(), s, label=args.label or f"base {s.model}", splits=args.split)
     except (ValueError, RuntimeError) as exc:
         print(f"evaluate: {exc}", file=sys.stderr)
         return 2
-    path = write_report(doc, Path(s.bucket_dir) / "evals" / args.name)
+    path = write_report(doc, evals / args.name)
     print(comparison_table([doc]))
     print(f"\nevaluate: wrote {path} and {path.with_suffix('.md')}", flush=True)
     return 0

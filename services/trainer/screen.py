@@ -16,6 +16,7 @@ writes `<bucket>/screening/screened-tasks.json` (the list; point SCREENED_TASKS 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stack import atomic
+from stack import datasets as task_check
 
 from .evaluate import per_task_table, run_attempts, select_tasks, task_table
 from .factory import task_ref_from_prompt
@@ -64,6 +66,14 @@ def markdown(doc: dict) -> str:
     )
 
 
+def dataset_problems(specs: Sequence[str]) -> list[str]:
+    """The dataset check env-server starts with (stack/datasets.py), on the dataset folders visible here: a task
+    env-server would refuse is not screened either (one line each)."""
+    from openenv.harbor.tasks import resolve_task_dirs
+
+    return task_check.preflight_problems(os.environ, specs, resolve_task_dirs)
+
+
 def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
     """`runner`: the env server's (default), or a test's stand-in for it."""
     parser = argparse.ArgumentParser(
@@ -83,6 +93,14 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
     from .factory import runner_from_settings
 
     s = from_env()
+    out = Path(args.out or Path(s.bucket_dir) / "screening")
+    if out.exists() and not out.is_dir():
+        print(f"screen: --out {out} is a file, not a folder: choose another folder or move that file", file=sys.stderr)
+        return 2
+    if bad := dataset_problems(args.split or list(s.datasets)):
+        for line in bad:
+            print(f"screen: {line}", file=sys.stderr)
+        return 2
     runner = runner or runner_from_settings(s)
     rows = runner.task_rows()
     splits = args.split or list(s.datasets) or sorted({task_ref_from_prompt(r["prompt"]).split for r in rows})
@@ -104,7 +122,6 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
         wall_s=round(time.time() - started, 1),
         attempt_log=[asdict(a) for a in attempts],
     )
-    out = Path(args.out or Path(s.bucket_dir) / "screening")
     atomic.write_json(out / "screened-tasks.json", doc, indent=1, sort_keys=True)
     atomic.write_text(out / "screening.md", markdown(doc))
     print(markdown(doc))

@@ -21,11 +21,15 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
+from stack.env import EnvError
+
 from . import engine_gone, healthcheck, hooks, mismatch, precision, reporting, staleness, stop, weights
 from .config import Settings
 from .engine_gone import EngineGone, HealthWatch
 from .factory import HarborSessionFactory, runner_from_settings
 from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
+from .resume import Pick
+from .resume import pick as resume_pick
 from .reward import HarborReward
 from .session import RolloutFailed
 from .status import RunStatus
@@ -108,7 +112,15 @@ def run(s: Settings, runner=None, rules: StopRules | None = None) -> None:
     s.run_dir.mkdir(parents=True, exist_ok=True)
     status = RunStatus(s.status_path, s.run_name, s.max_steps)
     healthcheck.announce(s.status_path)  # the container healthcheck follows this run's status file
-    resume = s.resume_from()
+    try:
+        chosen_checkpoint = resume_pick(s.run_dir) if s.run_name_explicit else Pick()
+    except EnvError as exc:  # every checkpoint broken: refused, not trained again from step 0 under its name
+        status.update(state="failed", reason=str(exc))
+        print(f"trainer: {exc}", flush=True)
+        raise SystemExit(1) from None
+    for line in chosen_checkpoint.passed_over:
+        print(f"trainer: {line}", flush=True)
+    resume = chosen_checkpoint.path
     status.update(state="warming-up", last_checkpoint=resume.name if resume else None)
     print(
         f"trainer: run {s.run_name} -> {s.run_dir}"

@@ -69,13 +69,20 @@ def test_the_model_folder_changes_with_the_build_script(tmp_path):
     assert check_settings.model_dir(tmp_path, other) != check_settings.model_dir(tmp_path, BUILD)
 
 
+def _complete(ckpt, step):
+    """A checkpoint trainer/resume.py resumes from: its step stated and its weights whole (a 4-byte tensor)."""
+    header = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    (ckpt / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    (ckpt / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+
+
 def test_resume_reuses_the_runs_name_and_folder_from_its_last_complete_checkpoint(tmp_path):
     first = check_settings.plan(knobs(tmp_path), BUILD)
     for step, complete in ((1, True), (2, True), (3, False)):
         ckpt = first.bucket / "checkpoints" / first.run / f"checkpoint-{step}"
         ckpt.mkdir(parents=True)
         if complete:
-            (ckpt / "trainer_state.json").write_text("{}")
+            _complete(ckpt, step)
     resumed = check_settings.plan(knobs(tmp_path, GPU_CHECK_RESUME=first.run, GPU_CHECK_STEPS="5"), BUILD)
     assert (resumed.run, resumed.run_dir, resumed.start_step) == (first.run, first.run_dir, 2)
 
@@ -84,7 +91,7 @@ def test_resume_of_a_finished_run_asks_for_more_steps(tmp_path):
     first = check_settings.plan(knobs(tmp_path), BUILD)
     ckpt = first.bucket / "checkpoints" / first.run / "checkpoint-3"
     ckpt.mkdir(parents=True)
-    (ckpt / "trainer_state.json").write_text("{}")
+    _complete(ckpt, 3)
     with pytest.raises(EnvError) as err:
         check_settings.plan(knobs(tmp_path, GPU_CHECK_RESUME=first.run), BUILD)
     assert str(err.value) == (

@@ -196,10 +196,24 @@ def test_an_empty_model_or_dataset_is_the_one_default_everywhere(tmp_path):
     from env_server.settings import Settings
     from trainer import config
 
-    empty = {"MODEL": "", "DATASETS": " "}
+    empty = {"MODEL": "", "DATASETS": ""}
     assert config.from_env(empty).model == Settings.from_env(empty).model == "Qwen/Qwen3-1.7B"
     assert config.from_env(empty).datasets == Settings.from_env(empty).datasets == ("/app/datasets/starter",)
     assert failures(good_env(tmp_path, **empty), probes_for(tmp_path, GCSFUSE)) == {}
+
+
+def test_a_blank_model_or_dataset_is_refused_not_read_as_the_default(tmp_path):
+    """A value that is there and says nothing (blanks; for DATASETS only commas) is a slip, not "the default"."""
+    found = [
+        f.message
+        for f in run_all(good_env(tmp_path, MODEL="  ", DATASETS=" , "), probes_for(tmp_path, GCSFUSE))
+        if f.check != "weight-transfer"
+    ]
+    assert found == [
+        "MODEL='  ' says nothing: set MODEL to a value, or leave it empty for the default (Qwen/Qwen3-1.7B)",
+        "DATASETS=' , ' says nothing: set DATASETS to a value, or leave it empty for the default "
+        "(/app/datasets/starter)",
+    ]
 
 
 def test_disk_space(tmp_path):
@@ -269,8 +283,12 @@ def test_bad_port_values_are_all_reported(tmp_path):
 
 
 def test_bad_run_name(tmp_path):
-    msg = failures(good_env(tmp_path, RUN_NAME="../etc"), probes_for(tmp_path, GCSFUSE))["run-name"]
-    assert "not a usable folder name" in msg
+    # The trainer's own reader refuses it too (trainer/config.py), with the same line: printed once.
+    found = failures(good_env(tmp_path, RUN_NAME="../etc"), probes_for(tmp_path, GCSFUSE))
+    assert list(found.values()) == [
+        "RUN_NAME='../etc' is not a usable folder name: use letters, digits, '.', '_' and '-', starting with a "
+        "letter or digit, at most 128 characters (no '/', no '..'), or leave it empty for a fresh name"
+    ]
 
 
 @pytest.fixture

@@ -303,12 +303,52 @@ def test_every_string_slot_is_exercised():
         ({"engine": {"nodeSelector": {"pool\nx": "gpu"}}}, "invalid propertyName 'pool\\nx'"),
         ({"networkPolicy": {"dnsPodLabels": {"k8s-app": "kube-dns\n  x: y"}}}, "/networkPolicy/dnsPodLabels"),
         ({"config": {"DIRECT_URL": "http://10.0.0.5:8100\nx"}}, "/config/DIRECT_URL"),
+        # DNS egress: DNS ports only, single addresses only, never a metadata or credential address (issue 40).
+        ({"networkPolicy": {"dnsPorts": [53, 80]}}, "/networkPolicy/dnsPorts/1"),
+        ({"networkPolicy": {"dnsIPs": ["169.254.169.254/32"]}}, "/networkPolicy/dnsIPs/0"),
+        ({"networkPolicy": {"dnsIPs": ["169.254.170.2/32"]}}, "/networkPolicy/dnsIPs/0"),
+        ({"networkPolicy": {"dnsIPs": ["fd00:ec2::254/128"]}}, "/networkPolicy/dnsIPs/0"),
+        ({"networkPolicy": {"dnsIPs": ["0.0.0.0/0"]}}, "/networkPolicy/dnsIPs/0"),
+        ({"networkPolicy": {"dnsIPs": ["169.254.0.0/16"]}}, "/networkPolicy/dnsIPs/0"),
+        # The egress exceptions keep the whole link-local range (metadata and credential endpoints), not one /32.
+        ({"networkPolicy": {"except": ["169.254.169.254/32", "10.0.0.0/8"]}}, "/networkPolicy/except"),
+        # Scrapers must select something: {} (or empty labels) is every namespace, or every pod.
+        ({"networkPolicy": {"metricsScrapers": [{"namespaceSelector": {}}]}}, "/networkPolicy/metricsScrapers/0"),
+        (
+            {"networkPolicy": {"metricsScrapers": [{"namespaceSelector": {"matchLabels": {}}}]}},
+            "/networkPolicy/metricsScrapers/0/namespaceSelector/matchLabels",
+        ),
+        ({"networkPolicy": {"metricsScrapers": [{"podSelector": {}}]}}, "/networkPolicy/metricsScrapers/0"),
+        # Root only with its named opt-in, globally or for one component.
+        ({"podSecurity": {"runAsUser": 0}}, "podSecurity would run this pod as root (runAsNonRoot=true, runAsUser=0)"),
+        ({"podSecurity": {"runAsNonRoot": False}}, "podSecurity would run this pod as root (runAsNonRoot=false"),
+        ({"engine": {"podSecurity": {"runAsUser": 0}}}, "podSecurity would run this pod as root"),
+        # No Secret reaches the internet-facing cloudflared pod as a volume.
+        (
+            {"cloudflared": {"extraVolumes": [{"name": "creds", "secret": {"secretName": "aws"}}]}},
+            "/cloudflared/extraVolumes",
+        ),
+        (
+            {"cloudflared": {"extraVolumes": [{"name": "creds", "projected": {"sources": []}}]}},
+            "/cloudflared/extraVolumes",
+        ),
+        # A secret-looking name in extraEnv takes valueFrom.secretKeyRef, never a plain value.
+        (
+            {"trainer": {"extraEnv": [{"name": "AWS_SECRET_ACCESS_KEY", "value": "abc"}]}},
+            "extraEnv sets AWS_SECRET_ACCESS_KEY as a plain value, and its name says it holds a secret (plain values "
+            "land in the pod spec, readable by anyone who may read pods): keep it in a Secret and use "
+            "valueFrom.secretKeyRef",
+        ),
+        ({"envServer": {"extraEnv": [{"name": "GITHUB_TOKEN", "value": "ghp_x"}]}}, "extraEnv sets GITHUB_TOKEN as a"),
+        ({"cloudflared": {"extraEnv": [{"name": "db_password", "value": "x"}]}}, "extraEnv sets db_password as a"),
     ],
 )
 def test_a_weakening_value_is_refused_by_name(override, message):
     values = {**REQUIRED, **override}
     if "bucket" in override:
         values["bucket"] = {**REQUIRED["bucket"], **override["bucket"]}
+    if "networkPolicy" in override:
+        values["networkPolicy"] = {**REQUIRED.get("networkPolicy", {}), **override["networkPolicy"]}
     with pytest.raises((helm.HelmValuesError, helm.HelmRenderError)) as caught:
         render(values)
     assert message in str(caught.value)
@@ -326,3 +366,40 @@ def test_harmless_task_env_names_are_accepted(allowed):
     env = next(d for d in docs if d["metadata"]["name"] == "grpo-env-server" and d["kind"] == "Deployment")
     (var,) = [v for v in env["spec"]["template"]["spec"]["containers"][0]["env"] if v["name"] == "TASK_ENV_ALLOW"]
     assert var["value"] == allowed
+
+
+# -- the escape hatches that stay open, used as meant (issue 40) -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"networkPolicy": {"dnsIPs": ["169.254.20.10/32", "10.96.0.10/32"], "dnsPorts": [53, 5353]}},
+        {"networkPolicy": {"except": ["169.254.0.0/16", "10.0.0.0/8"]}},
+        {
+            "networkPolicy": {
+                "metricsScrapers": [
+                    {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+                    }
+                ]
+            }
+        },
+        {"podSecurity": {"runAsUser": 0, "allowRunAsRoot": True}},
+        {"cloudflared": {"extraVolumes": [{"name": "scratch", "emptyDir": {}}]}},
+        {
+            "trainer": {
+                "extraEnv": [
+                    {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "aws", "key": "k"}}}
+                ]
+            }
+        },
+        {"trainer": {"extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]}},
+    ],
+)
+def test_the_hatches_used_as_meant_still_render(override):
+    values = {**REQUIRED, **override}
+    if "networkPolicy" in override:
+        values["networkPolicy"] = {**REQUIRED.get("networkPolicy", {}), **override["networkPolicy"]}
+    assert render(values)

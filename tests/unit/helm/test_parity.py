@@ -37,6 +37,13 @@ ONLY_IN_COMPOSE = {
     # from a Secret at pod start, unknown at render time, so there the trainer's own check refuses
     # REPORT_TO=wandb without it (the same line, one pod later).
     ("preflight", "WANDB_API_KEY_SET"),
+    # Preflight's cross-field rules of compose alone: the engine's TP x DP against the device ids compose gives
+    # it (the chart gives the engine pod TP x DP GPUs itself), and env-server's closing time against compose's
+    # stop grace (the chart refuses it against envServer.terminationGracePeriodSeconds at render).
+    *(
+        ("preflight", n)
+        for n in ("ENGINE_GPUS", "ENGINE_TENSOR_PARALLEL_SIZE", "ENGINE_DATA_PARALLEL_SIZE", "ENV_SERVER_STOP_GRACE")
+    ),
 }
 ONLY_IN_CHART = {
     # cloudflared's metrics server is another pod's, not loopback.

@@ -150,7 +150,7 @@ trainer's own reader), the trainer gets both. `.gpus`: the GPUs this pod must se
 */}}
 {{- define "agh.guardEnv" -}}
 {{- $name := include "agh.name" .root -}}
-{{ include "agh.configEnv" (dict "root" .root "names" (list "BUCKET_NOT_A_MOUNT_OK" "SANDBOX" "TUNNEL_PROVIDER" "MODEL" "DATASETS" "ENGINE_PORT" "ENV_SERVER_PORT" "CAPTURE_PORT" "TUNNEL_METRICS_PORT" "TRAIN_SCRIPT" "MIN_FREE_DISK_GB" "AGENT_STEP_LIMIT" "WEIGHT_TRANSFER" "CHECKPOINT_ROOT")) | trim }}
+{{ include "agh.configEnv" (dict "root" .root "names" (list "BUCKET_NOT_A_MOUNT_OK" "SANDBOX" "TUNNEL_PROVIDER" "MODEL" "DATASETS" "TASK_INSTRUCTION_MAX_CHARS" "DATASET_BAD_TASKS" "ENGINE_PORT" "ENV_SERVER_PORT" "CAPTURE_PORT" "TUNNEL_METRICS_PORT" "TRAIN_SCRIPT" "MIN_FREE_DISK_GB" "AGENT_STEP_LIMIT" "WEIGHT_TRANSFER" "CHECKPOINT_ROOT")) | trim }}
 - name: DEPLOYMENT
   value: kubernetes
 - name: BUCKET_DIR
@@ -211,6 +211,10 @@ component's own keys over it; a key set to null globally is left out (OpenShift 
 
 {{- define "agh.podSecurity" -}}
 {{- $ps := include "agh.podSecurityValues" . | fromJson -}}
+{{- /* Root only by name: a pod of this chart runs model-written code's neighbours and the bucket's writers. */ -}}
+{{- if and (or (eq (toString $ps.runAsNonRoot) "false") (eq (toString $ps.runAsUser) "0")) (ne (toString $ps.allowRunAsRoot) "true") }}
+{{- fail (printf "podSecurity would run this pod as root (runAsNonRoot=%v, runAsUser=%v): use a non-root UID, or set podSecurity.allowRunAsRoot: true where root is meant" $ps.runAsNonRoot $ps.runAsUser) }}
+{{- end }}
 securityContext:
   {{- if kindIs "bool" $ps.runAsNonRoot }}
   runAsNonRoot: {{ $ps.runAsNonRoot }}
@@ -305,6 +309,9 @@ the chart already sets is refused (two values for one name: the later one silent
 {{- range .comp.extraEnv }}
 {{- if regexMatch (printf "(?m)^- name: %s$" .name) $env }}
 {{- fail (printf "extraEnv sets %s, which the chart already sets for this container: use the chart's value (config.%s or the matching key) instead" .name .name) }}
+{{- end }}
+{{- if and (hasKey . "value") (regexMatch "(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$" .name) }}
+{{- fail (printf "extraEnv sets %s as a plain value, and its name says it holds a secret (plain values land in the pod spec, readable by anyone who may read pods): keep it in a Secret and use valueFrom.secretKeyRef" .name) }}
 {{- end }}
 {{- end }}
 {{- with .comp.extraEnv }}
@@ -415,7 +422,7 @@ beyond the tunnel on purpose, and its NetworkPolicies admit only cloudflared and
 {{- define "agh.envServerEnv" -}}
 {{- $name := include "agh.name" . -}}
 {{- $c := .Values.config -}}
-{{ include "agh.configEnv" (dict "root" . "names" (list "ENV_SERVER_PORT" "CAPTURE_PORT" "MODEL" "DATASETS" "EVAL_DATASETS" "SANDBOX" "MAX_OUTPUT_TOKENS" "MAX_CONCURRENT_ENVS" "MAX_INFLIGHT_ROLLOUTS" "TUNNEL_PROVIDER" "AGENT_INSTALL" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL" "TRIALS_KEEP" "TRIALS_MAX_GB")) | trim }}
+{{ include "agh.configEnv" (dict "root" . "names" (list "ENV_SERVER_PORT" "CAPTURE_PORT" "MODEL" "DATASETS" "EVAL_DATASETS" "TASK_INSTRUCTION_MAX_CHARS" "DATASET_BAD_TASKS" "SANDBOX" "MAX_OUTPUT_TOKENS" "MAX_CONCURRENT_ENVS" "MAX_INFLIGHT_ROLLOUTS" "TUNNEL_PROVIDER" "AGENT_INSTALL" "CAPTURE_MAX_BODY_MB" "CAPTURE_MAX_CONCURRENT" "TASK_ENV_ALLOW" "DIRECT_URL" "TRIALS_KEEP" "TRIALS_MAX_GB")) | trim }}
 # Unique per namespace and release: env-server reaps the E2B sandboxes named after it at start, so two
 # releases of one name in two namespaces on one E2B key must not share it.
 - name: STACK_NAME
