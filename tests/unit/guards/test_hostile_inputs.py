@@ -154,7 +154,8 @@ def test_an_unknown_weight_transfer_is_one_line_not_two(tmp_path):
         (
             "trainer-settings",
             "WEIGHT_TRANSFER='gloo' is not allowed: set WEIGHT_TRANSFER to one of: nccl (vLLM's NCCL weight transfer, "
-            "GPU), mock (the mock engine's HTTP backend, the CPU form) (default nccl)",
+            "GPU), ipc (vLLM's CUDA-IPC weight transfer, engine and trainer on one GPU), mock (the mock engine's HTTP "
+            "backend, the CPU form) (default nccl)",
         )
     ]
 
