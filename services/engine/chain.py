@@ -145,7 +145,7 @@ def _first_difference(a: list[int], b: list[int]) -> int:
 
 
 def replay(tokenizer, template: str, kwargs: dict, reasoning_parser: str, with_text: bool, end_id: int) -> str:
-    """"" when TURNS turns chain, else where and how the first one forks."""
+    """ "" when TURNS turns chain, else where and how the first one forks."""
     end_text = str(tokenizer.convert_ids_to_tokens(end_id))
     history: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
     for k in range(TURNS):
@@ -207,14 +207,23 @@ def check(
         f"CHAT_TEMPLATE_KWARGS={json.dumps(kwargs, separators=(',', ':'))}" if kwargs else "CHAT_TEMPLATE_KWARGS empty"
     )
     if tool_parser not in TOOL_PARSERS:
-        return Verdict(False, f"turns NOT CHECKED: TOOL_CALL_PARSER={tool_parser} is not one this check replays "
-                       f"({', '.join(TOOL_PARSERS)}); whether rollouts fork shows only in rollout/fork_frac", False)
+        return Verdict(
+            False,
+            f"turns NOT CHECKED: TOOL_CALL_PARSER={tool_parser} is not one this check replays "
+            f"({', '.join(TOOL_PARSERS)}); whether rollouts fork shows only in rollout/fork_frac",
+            False,
+        )
     if reasoning_parser and reasoning_parser not in REASONING_PARSERS:
-        return Verdict(False, f"turns NOT CHECKED: REASONING_PARSER={reasoning_parser} is not one this check "
-                       f"replays ({', '.join(REASONING_PARSERS)})", False)
+        return Verdict(
+            False,
+            f"turns NOT CHECKED: REASONING_PARSER={reasoning_parser} is not one this check "
+            f"replays ({', '.join(REASONING_PARSERS)})",
+            False,
+        )
     if end_id is None:
-        return Verdict(False, "turns NOT CHECKED: the chat template's turn end is unknown (see the turn-end line)",
-                       False)
+        return Verdict(
+            False, "turns NOT CHECKED: the chat template's turn end is unknown (see the turn-end line)", False
+        )
     for with_text in (False, True):
         try:
             where = replay(tokenizer, template, kwargs, reasoning_parser, with_text, end_id)
@@ -227,8 +236,11 @@ def check(
                 f"turns FORK ({setup}; reply: {shape}): {where}. Rule: "
                 f"{rule(tokenizer, template, kwargs, reasoning_parser, with_text)}",
             )
-    return Verdict(True, f"turns chain ({setup}): {TURNS} tool turns, with and without text before the call, "
-                   "extend the previous prompt token for token")
+    return Verdict(
+        True,
+        f"turns chain ({setup}): {TURNS} tool turns, with and without text before the call, "
+        "extend the previous prompt token for token",
+    )
 
 
 def write_record(line: str, path: Path | None = None) -> None:
