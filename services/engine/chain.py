@@ -83,10 +83,14 @@ def _call(k: int) -> dict:
     return {"name": "bash", "arguments": {"command": COMMANDS[k % len(COMMANDS)]}}
 
 
-def _model_reply(tokenizer, template, history, kwargs, k: int, with_text: bool, end_text: str) -> tuple[str, str]:
+def _model_reply(
+    tokenizer, template, history, kwargs, k: int, with_text: bool, end_text: str, think: str | None = None
+) -> tuple[str, str]:
     """(the text the model writes for turn k, "") or ("", why the template cannot say): the template's own
-    rendering of an assistant turn at the last position, after the generation prompt, before the turn end."""
-    think = f"{THINK_START}\n{REASONING}\n{THINK_END}\n\n" if _thinking(template, kwargs) else ""
+    rendering of an assistant turn at the last position, after the generation prompt, before the turn end.
+    `think`: the think block the model writes (None: one with reasoning when the template thinks; "": none)."""
+    if think is None:
+        think = f"{THINK_START}\n{REASONING}\n{THINK_END}\n\n" if _thinking(template, kwargs) else ""
     content = think + (TEXT if with_text else "")
     call = _call(k)
     turn = {"role": "assistant", "content": content, "tool_calls": [{"type": "function", "function": call}]}
@@ -99,6 +103,9 @@ def _model_reply(tokenizer, template, history, kwargs, k: int, with_text: bool, 
             f"(prompt ...{prompt[max(0, at - 24) : at + 8]!r} vs turn ...{full[max(0, at - 24) : at + 8]!r})"
         )
     reply = full[len(prompt) :]
+    if think == "" and reply.startswith(THINK_START) and THINK_END in reply:
+        # A template renders its last turn's think block even when empty; this model wrote none.
+        reply = reply.split(THINK_END, 1)[1].lstrip("\n")
     cut = reply.rfind(end_text)
     if cut < 0:
         return "", f"the template does not close an assistant turn with {end_text!r}"
@@ -144,12 +151,20 @@ def _first_difference(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def replay(tokenizer, template: str, kwargs: dict, reasoning_parser: str, with_text: bool, end_id: int) -> str:
+def replay(
+    tokenizer,
+    template: str,
+    kwargs: dict,
+    reasoning_parser: str,
+    with_text: bool,
+    end_id: int,
+    think: str | None = None,
+) -> str:
     """ "" when TURNS turns chain, else where and how the first one forks."""
     end_text = str(tokenizer.convert_ids_to_tokens(end_id))
     history: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
     for k in range(TURNS):
-        reply, why = _model_reply(tokenizer, template, history, kwargs, k, with_text, end_text)
+        reply, why = _model_reply(tokenizer, template, history, kwargs, k, with_text, end_text, think)
         if why:
             return f"turn {k + 1}: {why}"
         prompt_ids = tokenizer.encode(_render(tokenizer, history, kwargs, True), add_special_tokens=False)

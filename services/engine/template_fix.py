@@ -2,7 +2,8 @@
 
 The families that gate thinking (Qwen3, Qwen3.5) render an assistant turn's think block only after the
 last user message (`loop.index0 > ns.last_query_index`), and Qwen3 renders an EMPTY think block only on the
-last turn (`loop.last or (not loop.last and reasoning_content)`). Within one mini-swe-agent rollout the
+last turn (`loop.last or (not loop.last and reasoning_content)`): an empty think block the model wrote, or
+the one a thinking-off generation prompt wrote, is gone from the next prompt. Within one mini-swe-agent rollout the
 observations are `role: tool`, so the gate holds until the agent's history outgrows it; and a think block
 the generation prompt opened (or, with enable_thinking false, closed empty) comes back different in the
 next prompt, and the rollout forks (engine/chain.py replays it). Qwen3 also writes its own "\\n" before a
@@ -46,10 +47,12 @@ REWRITES = (
         "loop.index0 > -1",
     ),
     Rewrite(
-        "empty-think-block-everywhere",
-        "render the think block on every assistant turn, empty ones included (thinking off writes one)",
+        "think-block-where-one-was-written",
+        "render a history turn's think block wherever one was written, empty ones included: by the model (its "
+        "content holds `</think>`) or by the generation prompt (enable_thinking false closes an empty one)",
         r"loop\.last\s+or\s+\(\s*not\s+loop\.last\s+and\s+reasoning_content\s*\)",
-        "true",
+        "loop.last or reasoning_content or '</think>' in (message.content or '') "
+        "or (enable_thinking is defined and enable_thinking is false)",
     ),
     Rewrite(
         "no-doubled-newline-before-call",

@@ -88,9 +88,29 @@ def test_the_derived_template_chains_with_and_without_text_before_the_call(name,
     assert v.line.startswith("turns chain (") and "with and without text before the call" in v.line
 
 
+@pytest.mark.parametrize("think", ["", "<think>\n\n</think>\n\n"], ids=["no-think-block", "empty-think-block"])
+def test_the_derived_qwen3_template_chains_whatever_think_block_the_model_wrote(think):
+    """A thinking-on turn whose reply has no think block (a policy that skips it; the mock engine's scripted
+    calls) or an empty one: the block the model wrote is the block the next prompt renders."""
+    source = template_fix.derive(template("qwen3")).template
+    for with_text in (False, True):
+        assert chain.replay(QwenTokenizer(source), source, {}, "", with_text, IM_END, think) == ""
+    # As published, the empty block the model wrote is dropped from history (its reasoning is empty); a reply
+    # without one chains there too.
+    published = template("qwen3")
+    assert "turn 2's prompt does not start" in chain.replay(
+        QwenTokenizer(published), published, {}, "", False, IM_END, "<think>\n\n</think>\n\n"
+    )
+    assert chain.replay(QwenTokenizer(published), published, {}, "", False, IM_END, "") == ""
+
+
 def test_the_derivation_is_named_and_changes_only_the_gates():
     q3 = template_fix.derive(template("qwen3"))
-    assert q3.applied == ("history-keeps-reasoning", "empty-think-block-everywhere", "no-doubled-newline-before-call")
+    assert q3.applied == (
+        "history-keeps-reasoning",
+        "think-block-where-one-was-written",
+        "no-doubled-newline-before-call",
+    )
     assert "ns.last_query_index" in q3.template  # the gate's bookkeeping stays; only the comparisons change
     assert "loop.index0 > ns.last_query_index" not in q3.template
     q35 = template_fix.derive(template("qwen3_5"))
