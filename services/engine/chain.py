@@ -188,23 +188,24 @@ def replay(
 
 
 def rule(tokenizer, template: str, kwargs: dict, reasoning_parser: str, with_text: bool) -> str:
-    """The rule that breaks the chain, and its fix, for a replay that forked (the first that applies)."""
+    """The rule that breaks the chain, and its fix, for a replay that forked (the first that applies). A fork
+    with text before the call comes after the call-alone replay chained, so the separator is the cause."""
     thinking = THINK_END in template
     if reasoning_parser:
         return (
             f"REASONING_PARSER={reasoning_parser} moves the think block out of the reply's content and the agent "
             "sends back content only, so history loses it; leave REASONING_PARSER empty"
         )
+    if with_text:
+        return (
+            "the template adds its own separator before a call after the text the tool-call parser kept "
+            "(unstripped, as vLLM's parsers keep it); serve the derived template (CHAT_TEMPLATE_FIX=auto)"
+        )
     if thinking and kwargs.get("enable_thinking", True) is False:
         return (
             "CHAT_TEMPLATE_KWARGS turns thinking off: the generation prompt ends with an empty think block that "
             "the template does not render for history turns; serve the derived template (CHAT_TEMPLATE_FIX=auto) "
             "or leave CHAT_TEMPLATE_KWARGS empty"
-        )
-    if with_text:
-        return (
-            "the template adds its own separator before a call after the text the tool-call parser kept "
-            "(unstripped, as vLLM's parsers keep it); serve the derived template (CHAT_TEMPLATE_FIX=auto)"
         )
     if thinking:
         return (

@@ -212,3 +212,13 @@ def test_an_operators_template_is_served_as_given_and_still_checked(tmp_path):
 def test_a_bad_setting_is_one_line():
     with pytest.raises(EnvError, match=r"^CHAT_TEMPLATE_FIX='sometimes' is not allowed"):
         served_template.prepare({"CHAT_TEMPLATE_FIX": "sometimes"}, None, False)
+
+
+def test_what_a_string_level_check_would_miss():
+    """The rendered text of turn k+1 can start with turn k's text while its ids do not start with turn k's ids: a
+    "\\n" the reply begins with merges with the prompt's own "\\n" into one token. The check compares ids."""
+    tok = QwenTokenizer(template("qwen3"))
+    prompt, reply = "<|im_start|>assistant\n", "\nLet me look."
+    assert (prompt + reply).startswith(prompt)
+    assert tok.encode(prompt) == [151644, 77091, 198]
+    assert tok.encode(prompt + reply)[:3] == [151644, 77091, 271]
