@@ -134,6 +134,13 @@ def engine_message(reply: str, reasoning_parser: str, k: int) -> dict:
     }
 
 
+def _arguments(raw):
+    """vLLM's `_postprocess_messages`: a JSON string becomes its object; empty is {}; an object stays."""
+    if isinstance(raw, str):
+        return json.loads(raw) if raw.strip() else {}
+    return {} if raw is None else raw
+
+
 def as_vllm_renders(message: dict) -> dict:
     """What the template receives for a message vLLM parsed: None content as "", arguments as a dict."""
     out = dict(message)
@@ -141,7 +148,7 @@ def as_vllm_renders(message: dict) -> dict:
         out["content"] = ""
     if out.get("tool_calls"):
         out["tool_calls"] = [
-            {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+            {**c, "function": {**c["function"], "arguments": _arguments(c["function"].get("arguments"))}}
             for c in out["tool_calls"]
         ]
     return out

@@ -96,12 +96,3 @@ def derive(template: str) -> Derived:
         if count:
             applied.append(rewrite.name)
     return Derived(out, tuple(applied))
-
-
-def parse_setting(raw: str) -> str:
-    from stack.env import EnvError
-
-    value = (raw or "").strip().lower() or AUTO
-    if value not in (AUTO, OFF):
-        raise EnvError(f"{SETTING}={raw!r} is not auto or off: set {SETTING}=auto (the default) or {SETTING}=off")
-    return value

@@ -204,12 +204,13 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
         if body.get("tool_choice") == "none":
             tools = None
         template_kwargs = {**settings.template_kwargs, **(body.get("chat_template_kwargs") or {})}
-        if settings.chat_rules == "qwen3":
-            messages = _as_vllm_renders(messages)
         if "fork" in f:
             messages = faults_mod.rerender_history(messages)
+        # The template gets the messages as vLLM hands them over; the script reads them as the agent sent them
+        # (its arguments as the JSON string the agent holds).
+        rendered = _as_vllm_renders(messages) if settings.chat_rules == "qwen3" else messages
         try:
-            prompt_ids = lm.render_chat(messages, tools, body.get("add_generation_prompt", True), template_kwargs)
+            prompt_ids = lm.render_chat(rendered, tools, body.get("add_generation_prompt", True), template_kwargs)
         except Exception as exc:  # a template error is the client's malformed conversation
             raise BadRequest(f"could not render the conversation with the chat template: {exc}") from None
         want_lp = bool(body.get("logprobs"))

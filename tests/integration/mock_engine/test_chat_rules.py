@@ -6,6 +6,7 @@ rules (mock_engine/tokenizer.py QWEN3_RULES_TEMPLATE). Needs transformers (the m
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -86,3 +87,23 @@ def test_the_mock_refuses_the_published_qwen3_rules(model_dir, tmp_path):
             raise AssertionError("the mock engine started with a template whose turns fork")
     except AssertionError as exc:
         assert "mock_engine: refusing to start: turns FORK (" in str(exc), str(exc)
+
+
+def test_scripted_turns_chain_through_the_mock_under_qwen3_rules(model_dir, tmp_path):
+    """Two scripted turns as mini-swe-agent sends them back: turn 2's prompt ids extend turn 1's prompt and sampled
+    ids, and the script still reads the history the agent holds (on script: turn 2 is its second action)."""
+    from mock_engine_support import SCRIPT_ACTIONS, SCRIPT_MATCH, SERVED
+
+    messages = agent_turns.first_messages(f"Solve {SCRIPT_MATCH}.", ("Linux", "6.1", "#1", "x86_64"))
+    body = {"model": SERVED, "tools": [agent_turns.BASH_TOOL], "return_token_ids": True, "temperature": 1.0}
+    with serve(model_dir, tmp_path, MOCK_CHAT_RULES="qwen3", MOCK_SCRIPT_PROB="1") as base:
+        first = requests.post(f"{base}/v1/chat/completions", json={**body, "messages": messages}, timeout=60).json()
+        message = first["choices"][0]["message"]
+        call = message["tool_calls"][0]
+        assert json.loads(call["function"]["arguments"]) == {"command": SCRIPT_ACTIONS[0]}
+        history = [*messages, message, agent_turns.observation("a\n", 0, call["id"])]
+        second = requests.post(f"{base}/v1/chat/completions", json={**body, "messages": history}, timeout=60).json()
+    turn1 = first["prompt_token_ids"] + first["choices"][0]["token_ids"]
+    assert second["prompt_token_ids"][: len(turn1)] == turn1
+    call2 = second["choices"][0]["message"]["tool_calls"][0]
+    assert json.loads(call2["function"]["arguments"]) == {"command": SCRIPT_ACTIONS[1]}

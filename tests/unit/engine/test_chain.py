@@ -222,3 +222,34 @@ def test_what_a_string_level_check_would_miss():
     assert (prompt + reply).startswith(prompt)
     assert tok.encode(prompt) == [151644, 77091, 198]
     assert tok.encode(prompt + reply)[:3] == [151644, 77091, 271]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_5", "qwen3_coder"])
+def test_the_stand_in_render_is_transformers_own(name):
+    """Where transformers is installed (the engine and mock-engine images; not the host venv), its own
+    apply_chat_template renders every template and conversation of these tests exactly as the stand-in does."""
+    transformers = pytest.importorskip("transformers")
+    stand_in = QwenTokenizer(template(name))
+    real = transformers.PreTrainedTokenizerFast(tokenizer_object=stand_in.core, eos_token="<|im_end|>")
+    history = [{"role": "system", "content": chain.SYSTEM}, {"role": "user", "content": chain.TASK}]
+    reply = '<think>\nR\n</think>\n\nText.\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
+    for k in range(2):
+        history += [chain.as_vllm_renders(chain.engine_message(reply, "", k)), {"role": "tool", "content": "out"}]
+    for source in (template(name), template_fix.derive(template(name)).template):
+        for kwargs in ({}, OFF):
+            ours = render_with(source, history, kwargs)
+            theirs = real.apply_chat_template(
+                history,
+                tools=[chain.BASH_TOOL],
+                tokenize=False,
+                add_generation_prompt=True,
+                chat_template=source,
+                **kwargs,
+            )
+            assert ours == theirs
+
+
+def render_with(source, history, kwargs):
+    from fixtures.chat_templates.real_tokenizer import render
+
+    return render(source, history, [chain.BASH_TOOL], True, eos_token="<|im_end|>", **kwargs)
