@@ -1,5 +1,6 @@
-"""Start `vllm serve` with the flags the training path needs (see engine.command), stopping turns where
-the chat template ends them (engine.turn_end, engine.stops)."""
+"""Start `vllm serve` with the flags the training path needs (see engine.command), serving a chat template
+under which turns chain (engine.served_template: proven at start, refused in one line when they fork) and
+stopping turns where that template ends them (engine.turn_end, engine.stops)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import os
 import shlex
 import sys
 
-from engine import turn_end
+from engine import chain, turn_end
 from engine.command import EnvError, build_command, build_environment
 
 
 def main() -> None:
     try:
         build_command(os.environ)  # every setting checked before the tokenizer is fetched
-        from engine import stops
+        from engine import served_template, stops
 
-        plan, generation_config = stops.prepare(os.environ)
-        argv = build_command(os.environ, generation_config)
+        loaded = stops.load_tokenizer(os.environ)
+        served = served_template.prepare(os.environ, loaded.tokenizer, loaded.operator_template, loaded.why)
+        plan, generation_config = stops.prepare(os.environ, loaded=loaded)
+        argv = build_command(os.environ, generation_config, served.path)
     except EnvError as exc:
         print(f"engine: refusing to start: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -29,7 +32,9 @@ def main() -> None:
         )
     line = plan.line()
     turn_end.write_record(line)  # the healthcheck's probe repeats it
+    chain.write_record(served.line())  # and this one, which scripts/status shows too
     print(f"engine: {line}", flush=True)
+    print(f"engine: {served.line()}", flush=True)
     print("engine: " + shlex.join(argv), flush=True)
     os.execvpe(argv[0], argv, env)
 

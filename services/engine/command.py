@@ -67,6 +67,8 @@ FIELDS = Table(
     fields.ENGINE_MAX_MODEL_LEN,
     fields.TURN_END_TOKENS,
     fields.WEIGHT_TRANSFER,
+    fields.CHAT_TEMPLATE_FIX,
+    fields.TURN_CHAIN_CHECK,
     Field(
         "ENGINE_GPU_MEMORY_UTILIZATION",
         "number",
@@ -154,9 +156,12 @@ def check_extra_args(extra: list[str]) -> None:
             )
 
 
-def build_command(env: Mapping[str, str], generation_config: str | None = None) -> list[str]:
+def build_command(
+    env: Mapping[str, str], generation_config: str | None = None, chat_template: str | None = None
+) -> list[str]:
     """The full argv for `vllm serve`, or EnvError naming the setting to fix. `generation_config`: the
-    folder engine/stops.py wrote the agreed stop set into (None: vLLM reads the model's own)."""
+    folder engine/stops.py wrote the agreed stop set into (None: vLLM reads the model's own).
+    `chat_template`: the file engine/served_template.py wrote the derived template into (None: the model's)."""
     read = Env(env)
 
     def get(name: str):
@@ -217,6 +222,8 @@ def build_command(env: Mapping[str, str], generation_config: str | None = None) 
     setting = turn_end.parse_setting(get("TURN_END_TOKENS"))
     if generation_config:
         argv += ["--generation-config", generation_config]
+    if chat_template:
+        argv += ["--chat-template", chat_template]
     extra = extra_args(env)
     check_extra_args(extra)
     if setting != turn_end.MODEL and extra_value(extra, "--generation-config") is not None:

@@ -13,9 +13,10 @@ to -9999, and an unmeasurable gap proves nothing. So the probe sends top_k/top_p
 nothing, and a gap it still cannot measure is UNHEALTHY unless the
 operator accepted that very model by name (ENGINE_LOGPROBS_UNPROVEN_OK=<served model id>).
 
-A healthy verdict ends with the launcher's turn-end line (engine/turn_end.py: whether the engine's stop set
-and the chat template's turn end agree, and which setting changes it), read from the record the launcher
-left in this container; "turn ends DISAGREE" there marks rollouts that will fork, not an unhealthy engine.
+A healthy verdict ends with two lines the launcher left in this container: the turn-end line
+(engine/turn_end.py: whether the engine's stop set and the chat template's turn end agree, and which setting
+changes it; "turn ends DISAGREE" marks rollouts that will fork, not an unhealthy engine), and the template
+line (engine/served_template.py: which chat template is served and whether turns chain under it).
 
 Stdlib only: it runs inside the vLLM image (which may lack requests) and inside the mock engine's.
 Usage: python3 -m engine.probe [BASE_URL]   (default http://$ENGINE_HOST:$ENGINE_PORT). Exit 0 healthy, 1 not.
@@ -30,7 +31,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from engine import turn_end
+from engine import chain, turn_end
 from stack import fields
 from stack.endpoints import openai_base
 from stack.env import Env, EnvError
@@ -164,9 +165,10 @@ def probe(
     accepted_for: str = "",
     proven_file: Path | None = None,
     turn_end_file: Path | None = None,
+    chain_file: Path | None = None,
 ) -> str:
-    """One-line verdict when healthy; raises Unhealthy with the reason otherwise. `turn_end_file`: the
-    launcher's turn-end record, appended to the verdict when there is one."""
+    """One-line verdict when healthy; raises Unhealthy with the reason otherwise. `turn_end_file`, `chain_file`:
+    the launcher's turn-end record and its served-template / turns-chain record, appended when there."""
     api = openai_base(base)  # `base` is the engine's root, as ENGINE_URL is everywhere
     models = _request(f"{api}/models", None, timeout).get("data") or []
     if not models:
@@ -215,10 +217,10 @@ def probe(
         # launch flag. Remembered per engine container, so a gap that drifts flat mid-run stays healthy.
         _write(proven_file, model)
     n_ids = len(payload["choices"][0]["token_ids"])
-    turn_line = turn_end.read_record(turn_end_file)
+    records = [line for line in (turn_end.read_record(turn_end_file), chain.read_record(chain_file)) if line]
     return (
         f"engine healthy: {model} returned {len(payload['prompt_token_ids'])} prompt ids, {n_ids} sampled ids "
-        f"with aligned token_id logprobs; {verdict}" + (f"; {turn_line}" if turn_line else "")
+        f"with aligned token_id logprobs; {verdict}" + "".join(f"; {line}" for line in records)
     )
 
 
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 accepted_for=read.text(UNPROVEN_OK),
                 proven_file=PROVEN_FILE,
                 turn_end_file=turn_end.RECORD,
+                chain_file=chain.RECORD,
             )
         )
         return 0

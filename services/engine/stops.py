@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine import command, turn_end
@@ -39,15 +40,21 @@ def _template_kwargs(read: Env) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def prepare(env: Mapping[str, str], out_dir: Path = GENERATION_CONFIG_DIR) -> tuple[turn_end.Plan, str | None]:
-    """(the plan, the folder to pass as --generation-config, or None to let vLLM read the model's own).
+@dataclass
+class Loaded:
+    """The tokenizer as vLLM will load it (None when it did not load, with why), and where from."""
 
-    A tokenizer that will not load leaves the stop set as the model's with a line that says so (vLLM then
-    fails to load it too, in its own words); a TURN_END_TOKENS list it cannot check is refused."""
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    tokenizer: object | None
+    source: str
+    why: str = ""
+    operator_template: bool = False  # ENGINE_EXTRA_ARGS' --chat-template replaced the model's
+
+
+def load_tokenizer(env: Mapping[str, str]) -> Loaded:
+    """The model's tokenizer with the flags in ENGINE_EXTRA_ARGS that change what vLLM loads."""
+    from transformers import AutoTokenizer
 
     read = Env(env)
-    setting = turn_end.parse_setting(read.get(command.FIELDS["TURN_END_TOKENS"]))
     extra = command.extra_args(env)
     model = read.get(command.FIELDS["MODEL"])
     revision = command.extra_value(extra, "--revision") or None
@@ -60,16 +67,38 @@ def prepare(env: Mapping[str, str], out_dir: Path = GENERATION_CONFIG_DIR) -> tu
             trust_remote_code=trust,
         )
     except Exception as exc:  # any loader failure: the hub, a missing file, remote code
-        if setting not in (turn_end.AUTO, turn_end.MODEL):
-            raise EnvError(
-                f"TURN_END_TOKENS={','.join(setting)} names tokens, but the tokenizer of {source} did not load "
-                f"({type(exc).__name__}: {exc}); fix MODEL's access (HF_TOKEN, HF_HOME) or set TURN_END_TOKENS=auto"
-            ) from None
-        why = f"the tokenizer of {source} did not load: {type(exc).__name__}"
-        return turn_end.decide(setting, None, why, None, None), None
+        return Loaded(None, source, f"the tokenizer of {source} did not load ({type(exc).__name__}: {exc})")
     template = command.extra_value(extra, "--chat-template")
     if template:
         tokenizer.chat_template = _template(template)
+    return Loaded(tokenizer, source, operator_template=bool(template))
+
+
+def prepare(
+    env: Mapping[str, str], out_dir: Path = GENERATION_CONFIG_DIR, loaded: Loaded | None = None
+) -> tuple[turn_end.Plan, str | None]:
+    """(the plan, the folder to pass as --generation-config, or None to let vLLM read the model's own).
+
+    A tokenizer that will not load leaves the stop set as the model's with a line that says so (vLLM then
+    fails to load it too, in its own words); a TURN_END_TOKENS list it cannot check is refused. `loaded`:
+    the tokenizer engine/served_template.py already set the served template on (None: load it here)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    read = Env(env)
+    setting = turn_end.parse_setting(read.get(command.FIELDS["TURN_END_TOKENS"]))
+    extra = command.extra_args(env)
+    model = read.get(command.FIELDS["MODEL"])
+    revision = command.extra_value(extra, "--revision") or None
+    trust = command.extra_value(extra, "--trust-remote-code") is not None
+    loaded = loaded or load_tokenizer(env)
+    tokenizer = loaded.tokenizer
+    if tokenizer is None:
+        if setting not in (turn_end.AUTO, turn_end.MODEL):
+            raise EnvError(
+                f"TURN_END_TOKENS={','.join(setting)} names tokens, but {loaded.why}; fix MODEL's access "
+                "(HF_TOKEN, HF_HOME) or set TURN_END_TOKENS=auto"
+            )
+        return turn_end.decide(setting, None, loaded.why, None, None), None
     config_source = command.extra_value(extra, "--hf-config-path") or model
     # As vLLM's try_get_generation_config: the folder's generation_config.json, else one made from config.json.
     try:

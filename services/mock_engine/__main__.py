@@ -14,6 +14,12 @@ Environment:
   MOCK_FAULTS, MOCK_SLOW_S, MOCK_ERROR_STATUS, MOCK_ERROR_RATE   fault switches (mock_engine.faults)
   TURN_END_TOKENS        the stop set, as the production engine's (engine/turn_end.py): auto (default) stops
                          on the chat template's turn end alone, model on the generation config's eos ids
+  MOCK_CHAT_RULES        chatml (default): the mock's own template, a call kept only when it round-trips;
+                         qwen3: Qwen3's thinking rules and vLLM's hermes split (mock_engine/tokenizer.py,
+                         toolcalls.py), so the CPU form forks where the GPU would (compose.cpu.yaml sets it)
+  CHAT_TEMPLATE_FIX, TURN_CHAIN_CHECK, CHAT_TEMPLATE_KWARGS, TOOL_CALL_PARSER, REASONING_PARSER
+                         as the production engine's (engine/served_template.py): the template served is
+                         derived and checked to chain at start, the same way
 """
 
 from __future__ import annotations
@@ -32,6 +38,15 @@ FIELDS = Table(
     fields.ENGINE_MAX_MODEL_LEN,
     fields.MODEL,
     fields.TURN_END_TOKENS,
+    fields.CHAT_TEMPLATE_FIX,
+    fields.TURN_CHAIN_CHECK,
+    Field(
+        "MOCK_CHAT_RULES",
+        "choice",
+        "chatml",
+        "the mock's chat rules: chatml (its own), qwen3 (Qwen3's thinking rules and vLLM's hermes split)",
+        choices=("chatml", "qwen3"),
+    ),
     Field("MOCK_MAX_MODEL_LEN", "integer", None, "the mock's context; empty: ENGINE_MAX_MODEL_LEN", minimum=1),
     Field("MOCK_MAX_NEW_TOKENS", "integer", 256, "the mock's longest completion", minimum=1),
     Field("MOCK_TORCH_THREADS", "integer", 1, "torch threads for the tiny model", minimum=1),
@@ -61,6 +76,9 @@ def main() -> None:
     model_dir = get("MOCK_MODEL_DIR")
     script_file = get("MOCK_SCRIPT_FILE")
     stop_setting = get("TURN_END_TOKENS")
+    chat_rules = get("MOCK_CHAT_RULES")
+    for name in ("CHAT_TEMPLATE_FIX", "TURN_CHAIN_CHECK"):
+        get(name)  # checked now, with the others, in one report
     try:
         turn_end.parse_setting(stop_setting)
         read.check()
@@ -95,8 +113,10 @@ def main() -> None:
     import torch
     import uvicorn
 
+    from engine import chain, served_template
     from mock_engine.app import Settings, create_app, generation_defaults, stop_plan
     from mock_engine.lm import TinyLM
+    from mock_engine.tokenizer import RULES
 
     torch.set_num_threads(threads)
     settings = Settings(
@@ -107,15 +127,22 @@ def main() -> None:
         max_new_tokens=max_new_tokens,
         max_num_seqs=max_num_seqs,
         sampling_defaults=generation_defaults(model_dir),
+        chat_rules=chat_rules,
+        template_kwargs=served_template.template_kwargs(read.text("CHAT_TEMPLATE_KWARGS")),
     )
     lm = TinyLM(model_dir, settings.max_model_len, settings.max_new_tokens)
+    lm.tokenizer.chat_template = RULES[chat_rules]
     try:
+        # As the production launcher: derive the template to serve (onto lm.tokenizer), prove turns chain.
+        served = served_template.prepare(os.environ, lm.tokenizer, False)
         plan = stop_plan(lm.tokenizer, model_dir, stop_setting)
     except EnvError as exc:
-        sys.exit(f"mock_engine: {exc}")
+        sys.exit(f"mock_engine: refusing to start: {exc}")
     lm.use_stops(plan)
     turn_end.write_record(plan.line())  # the healthcheck's probe repeats it, as for the real engine
+    chain.write_record(f"{chat_rules} rules; {served.line()}")
     print(f"mock_engine: {plan.line()}", flush=True)
+    print(f"mock_engine: {chat_rules} rules; {served.line()}", flush=True)
     app = create_app(settings, lm, scripted, active)
     print(
         f"mock_engine: serving {settings.served_name} on http://{host}:{port} "

@@ -63,6 +63,12 @@ class Settings:
     max_num_seqs: int = 8
     # Applied to requests that do not set them, as vLLM applies the model's generation config.
     sampling_defaults: dict = field(default_factory=dict)
+    # MOCK_CHAT_RULES: "chatml" (the mock's own rules; a call is kept only when it round-trips) or "qwen3"
+    # (Qwen3's thinking rules, messages as vLLM hands them to the template, replies split as vLLM's hermes
+    # parser splits them: mock_engine/tokenizer.py, mock_engine/toolcalls.py).
+    chat_rules: str = "chatml"
+    # CHAT_TEMPLATE_KWARGS, as vLLM's --default-chat-template-kwargs: under a request's own.
+    template_kwargs: dict = field(default_factory=dict)
 
 
 class BadRequest(Exception):
@@ -197,11 +203,14 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
         tools = body.get("tools") or None
         if body.get("tool_choice") == "none":
             tools = None
-        template_kwargs = body.get("chat_template_kwargs") or {}
+        template_kwargs = {**settings.template_kwargs, **(body.get("chat_template_kwargs") or {})}
         if "fork" in f:
             messages = faults_mod.rerender_history(messages)
+        # The template gets the messages as vLLM hands them over; the script reads them as the agent sent them
+        # (its arguments as the JSON string the agent holds).
+        rendered = _as_vllm_renders(messages) if settings.chat_rules == "qwen3" else messages
         try:
-            prompt_ids = lm.render_chat(messages, tools, body.get("add_generation_prompt", True), template_kwargs)
+            prompt_ids = lm.render_chat(rendered, tools, body.get("add_generation_prompt", True), template_kwargs)
         except Exception as exc:  # a template error is the client's malformed conversation
             raise BadRequest(f"could not render the conversation with the chat template: {exc}") from None
         want_lp = bool(body.get("logprobs"))
@@ -250,7 +259,8 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                 total_out += len(gen.token_ids)
                 metrics.generated(held, len(gen.token_ids))
                 text_ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
-                parsed = toolcalls.parse(lm.decode(text_ids), tools_offered=bool(tools))
+                split = toolcalls.parse_hermes if settings.chat_rules == "qwen3" else toolcalls.parse
+                parsed = split(lm.decode(text_ids), tools_offered=bool(tools))
                 ids_on, _ = _ids_fields(f, bool(body.get("return_token_ids")))
                 choice = {
                     "index": index,
@@ -290,6 +300,15 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
             "prompt_token_ids": prompt_ids if prompt_on else None,
             "kv_transfer_params": None,
         }
+
+    def _as_vllm_renders(messages: list) -> list:
+        """What vLLM 0.31 hands the template (engine/chain.py: None content as "", arguments as a dict)."""
+        from engine.chain import as_vllm_renders
+
+        try:
+            return [as_vllm_renders(m) if isinstance(m, dict) else m for m in messages]
+        except (ValueError, TypeError, KeyError) as exc:
+            raise BadRequest(f"a tool call's arguments are not a JSON object: {exc}") from None
 
     def _chat_logprobs(gen: Generation, f) -> dict:
         content = []
@@ -385,11 +404,12 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     @app.post("/tokenize")
     def tokenize(body: dict):
         if "messages" in body:
+            messages = _as_vllm_renders(body["messages"]) if settings.chat_rules == "qwen3" else body["messages"]
             ids = lm.render_chat(
-                body["messages"],
+                messages,
                 body.get("tools"),
                 body.get("add_generation_prompt", True),
-                body.get("chat_template_kwargs"),
+                {**settings.template_kwargs, **(body.get("chat_template_kwargs") or {})},
             )
         else:
             ids = lm.encode(str(body.get("prompt", "")))

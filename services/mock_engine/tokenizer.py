@@ -60,6 +60,56 @@ CHAT_TEMPLATE = "".join(
 )
 
 
+# MOCK_CHAT_RULES=qwen3: the same template with Qwen3's THINKING rules, in the published template's own
+# expressions (tests/fixtures/chat_templates/qwen3.jinja), so engine/template_fix.py derives from it exactly as
+# from Qwen3's and the CPU form forks where a GPU would: a history turn's think block is rendered only after
+# the last user message, and (as published) only when it has reasoning; text before a call is followed by the
+# template's own newline; thinking off (enable_thinking false) closes an empty think block in the generation
+# prompt. The system, tool and user turns stay the mock's (the learnable policy was tuned on them; a first
+# turn renders the same under both rules).
+QWEN3_RULES_TEMPLATE = "".join(
+    [
+        CHAT_TEMPLATE.split("{%- for m in messages -%}")[0],
+        "{%- set ns = namespace(last_query_index=messages|length - 1, found=false) -%}",
+        "{%- for m in messages[::-1] -%}{%- if not ns.found and m.role == 'user' -%}"
+        "{%- set ns.found = true -%}{%- set ns.last_query_index = messages|length - 1 - loop.index0 -%}"
+        "{%- endif -%}{%- endfor -%}",
+        "{%- for message in messages -%}",
+        "{%- if message.role == 'system' and loop.first -%}",
+        "{%- elif message.role == 'assistant' -%}",
+        "{%- set content = text(message.content) -%}",
+        "{%- set reasoning_content = '' -%}",
+        "{%- if message.reasoning_content is string -%}{%- set reasoning_content = message.reasoning_content -%}",
+        "{%- elif '</think>' in content -%}",
+        "{%- set reasoning_content = content.split('</think>')[0].rstrip(nl).split('<think>')[-1].lstrip(nl) -%}",
+        "{%- set content = content.split('</think>')[-1].lstrip(nl) -%}",
+        "{%- endif -%}",
+        "{%- if loop.index0 > ns.last_query_index -%}",
+        "{%- if loop.last or (not loop.last and reasoning_content) -%}",
+        "<|im_start|>assistant{{ nl }}<think>{{ nl }}{{ reasoning_content.strip(nl) }}{{ nl }}</think>{{ nl }}"
+        "{{ nl }}{{ content.lstrip(nl) }}",
+        "{%- else -%}<|im_start|>assistant{{ nl }}{{ content }}{%- endif -%}",
+        "{%- else -%}<|im_start|>assistant{{ nl }}{{ content }}{%- endif -%}",
+        "{%- for tc in (message.tool_calls or []) -%}",
+        "{%- if (loop.first and content) or (not loop.first) -%}{{ nl }}{%- endif -%}",
+        "{%- set f = tc.function if tc.function is defined else tc -%}",
+        '<tool_call>{{ nl }}{"name": "{{ f.name }}", "arguments": '
+        "{%- if f.arguments is string %} {{ f.arguments }}{%- else %} {{ f.arguments | tojson }}{%- endif -%}"
+        "}{{ nl }}</tool_call>",
+        "{%- endfor -%}",
+        "<|im_end|>{{ nl }}",
+        "{%- else -%}",
+        "<|im_start|>{{ message.role }}{{ nl }}{{ text(message.content) }}<|im_end|>{{ nl }}",
+        "{%- endif -%}",
+        "{%- endfor -%}",
+        "{%- if add_generation_prompt -%}<|im_start|>assistant{{ nl }}"
+        "{%- if enable_thinking is defined and enable_thinking is false -%}"
+        "<think>{{ nl }}{{ nl }}</think>{{ nl }}{{ nl }}{%- endif -%}{%- endif -%}",
+    ]
+)
+RULES = {"chatml": CHAT_TEMPLATE, "qwen3": QWEN3_RULES_TEMPLATE}
+
+
 def build_tokenizer():
     """A transformers fast tokenizer (saved with save_pretrained, loaded with AutoTokenizer)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers

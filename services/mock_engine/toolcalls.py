@@ -1,4 +1,5 @@
-"""Tool calls parsed from generated text, only when the turn renders back to that exact text.
+"""Tool calls parsed from generated text: by default only when the turn renders back to that exact text;
+under MOCK_CHAT_RULES=qwen3 as vLLM's hermes parser splits it (`parse_hermes`), round trip or not.
 
 The model's text form of a call is `<tool_call>\n{"name": "<name>", "arguments": <json object>}\n</tool_call>`
 (the hermes shape vLLM's `hermes` parser reads). Content is the text before the first call. A parse is
@@ -72,4 +73,34 @@ def parse(text: str, tools_offered: bool) -> Parsed:
         pos = match.end()
     if render_assistant(content, calls) != text:
         return Parsed(text, [])
+    return Parsed(content or None, calls)
+
+
+# vLLM 0.31's Hermes2ProToolParser.extract_tool_calls, as read: a call is `<tool_call>JSON</tool_call>` (or an
+# unclosed `<tool_call>JSON` at the end); every JSON must load and carry name and arguments, or the whole text is
+# content with no call. Content is the text before the first `<tool_call>`, NOT stripped, None when empty;
+# arguments are re-serialised with json.dumps(ensure_ascii=False). No round-trip check: that is what makes a
+# template that renders history differently fork, on the GPU and here alike.
+_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+CALL_START = "<tool_call>"
+
+
+def parse_hermes(text: str, tools_offered: bool) -> Parsed:
+    """Split generated text (without the end-of-turn token) into content and tool calls as vLLM's hermes does."""
+    if not tools_offered or CALL_START not in text:
+        return Parsed(text, [])
+    calls: list[dict] = []
+    try:
+        for closed, unclosed in _HERMES.findall(text):
+            doc = json.loads(closed or unclosed)
+            calls.append(
+                {
+                    "id": f"chatcmpl-tool-{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": doc["name"], "arguments": json.dumps(doc["arguments"], ensure_ascii=False)},
+                }
+            )
+    except (ValueError, KeyError, TypeError):
+        return Parsed(text, [])
+    content = text[: text.index(CALL_START)]
     return Parsed(content or None, calls)

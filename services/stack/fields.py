@@ -138,6 +138,24 @@ TURN_END_TOKENS = Field(
     "(the model's generation config as is), or a comma-separated list such as <|im_end|>",
     fix="set TURN_END_TOKENS to auto, model, or a comma-separated list of tokens, e.g. <|im_end|>",
 )
+# The engine (vLLM) and the mock engine serve a chat template under which turns chain: engine/template_fix.py,
+# engine/chain.py, engine/served_template.py.
+CHAT_TEMPLATE_FIX = Field(
+    "CHAT_TEMPLATE_FIX",
+    "choice",
+    "auto",
+    "auto: serve a think-gated template (Qwen3, Qwen3.5) rewritten so history keeps its think blocks and turns "
+    "chain; off: the model's template as published",
+    choices=("auto", "off"),
+)
+TURN_CHAIN_CHECK = Field(
+    "TURN_CHAIN_CHECK",
+    "choice",
+    "refuse",
+    "refuse: the engine does not start when a replayed tool conversation forks under the served template and "
+    "parsers; warn: it starts and says so",
+    choices=("refuse", "warn"),
+)
 AGENT_STEP_LIMIT = Field(
     "AGENT_STEP_LIMIT",
     "integer",

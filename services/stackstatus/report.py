@@ -23,6 +23,7 @@ from pathlib import Path
 
 # All stdlib-only by design, so the host's system Python runs them: the engine's healthcheck probe, the
 # shared facts (the hand-off's one reading, its file and volume names) and status's own figures.
+from engine.chain import RECORD as CHAIN_RECORD
 from engine.probe import PROVEN_FILE, UNPROVEN_OK, Unhealthy, probe
 from stack import handoff as handoff_record
 from stack.facts import DEFAULT_PORTS, HANDOFF_VOLUME
@@ -41,6 +42,8 @@ RUN_TO_COMPLETION = {"preflight", "trainer"}
 SHARED_SETTINGS = (UNPROVEN_OK,)
 # Where the engine's healthcheck remembers the model it proved processed logprobs for, inside its container.
 ENGINE_PROVEN_FILE = f"/tmp/{PROVEN_FILE.name}"
+# Where the engine's launcher recorded which chat template it serves and whether turns chain under it.
+ENGINE_TEMPLATE_FILE = f"/tmp/{CHAIN_RECORD.name}"
 
 
 def sh(args: list[str], timeout: float = 20) -> str:
@@ -115,6 +118,13 @@ def engine_proven(container_id: str | None) -> str:
     if not container_id:
         return ""
     return sh(["docker", "exec", container_id, "cat", ENGINE_PROVEN_FILE], timeout=10).strip()
+
+
+def engine_template(container_id: str | None) -> str:
+    """The launcher's line: the chat template served and whether turns chain under it ('' when unreadable)."""
+    if not container_id:
+        return ""
+    return sh(["docker", "exec", container_id, "cat", ENGINE_TEMPLATE_FILE], timeout=10).strip()
 
 
 def engine_level(port: str, accepted_for: str = "", proven: str = "") -> dict:
@@ -205,6 +215,7 @@ def collect(project: str) -> dict:
         "gpus": gpus(),
     }
     if "engine" in running:
+        st["engine"]["template"] = engine_template(ids["engine"])
         st["engine"]["metrics"] = engine_metrics(ports.get("ENGINE_PORT", DEFAULT_PORTS["ENGINE_PORT"]))
     if "tunnel" in running:
         st["tunnel"]["edge_connections"] = edge_connections(
@@ -264,6 +275,8 @@ def human(st: dict) -> str:
         lines.append(f"\ntunnel      {t.get('state')}")
     e = st["engine"]
     lines.append(f"engine      capture level: {e['capture_level']}" + (f" — {e['detail']}" if e.get("detail") else ""))
+    if e.get("template"):
+        lines.append(f"            {e['template']}")
     if e.get("metrics"):
         m = e["metrics"]
         lines.append(f"            {m['error'] if m.get('error') else figures.describe_engine(m)}")

@@ -196,6 +196,13 @@ def test_rollouts_ran_the_agent_in_sandboxes_with_token_ids_and_no_forking(train
     assert set(windows("rollout/samples_per_rollout")) == {1.0}, history
     assert max(windows("rollout/turns_mean")) > 1, f"rollouts were single-turn, nothing to fork: {history}"
     assert (status["forked_rollout_frac"], status["samples_per_rollout"], status["unscorable_frac"]) == (0.0, 1.0, 0.0)
+    # ...and that with the default family's rules on (compose.cpu.yaml MOCK_CHAT_RULES=qwen3: Qwen3's thinking
+    # rules, vLLM's hermes split), serving the template the production launcher derives, proven to chain at start.
+    engine_log = trained.compose("logs", "--no-color", "engine", check=False).stdout
+    assert "mock_engine: qwen3 rules; chat template: the model's chat template with history-keeps-reasoning" in (
+        engine_log
+    ), engine_log[-2000:]
+    assert "; turns chain (TOOL_CALL_PARSER=hermes" in engine_log, engine_log[-2000:]
     # A fully correct answer earns 1.0 plus up to TOOL_EFFICIENCY_BONUS (0.1 by default): a mean of 1.05 is real.
     assert isinstance(status["reward_mean"], float) and 0.0 <= status["reward_mean"] <= 1.1, status
     trials = [p for p in trained.trials.rglob("*") if p.is_dir() and p.name == "agent"]

@@ -38,3 +38,27 @@ def test_the_healthcheck_reads_the_record_the_launcher_writes(tmp_path, monkeypa
         assert line.startswith("engine healthy:") and line.endswith(DISAGREE)
     finally:
         engine.close()
+
+
+SERVED = (
+    "chat template: the model's chat template with history-keeps-reasoning (CHAT_TEMPLATE_FIX=auto: ...); turns "
+    "chain (TOOL_CALL_PARSER=hermes, REASONING_PARSER=(none), CHAT_TEMPLATE_KWARGS empty): 3 tool turns, ..."
+)
+
+
+def test_the_healthcheck_also_says_which_template_is_served_and_that_turns_chain(tmp_path, monkeypatch, capsys):
+    """engine/served_template.py's line (the launcher writes it to chain.RECORD) follows the turn-end line."""
+    from engine import chain
+
+    engine = Engine(lambda t: 4.0 / t)
+    try:
+        monkeypatch.setattr(turn_end, "RECORD", tmp_path / "turn-end")
+        monkeypatch.setattr(chain, "RECORD", tmp_path / "chain")
+        monkeypatch.setattr(probe, "PROVEN_FILE", tmp_path / "proven")
+        turn_end.write_record(DISAGREE)
+        chain.write_record(SERVED)
+        assert probe.main([engine.url]) == 0
+        (line,) = capsys.readouterr().out.splitlines()
+        assert line.endswith(f"; logprobs mode processed; {DISAGREE}; {SERVED}")
+    finally:
+        engine.close()

@@ -122,6 +122,7 @@ def test_collect_reads_an_empty_port_setting_as_the_default(monkeypatch):
     monkeypatch.setattr(report, "training", lambda bucket: {"bucket": bucket, "missing": "no status"})
     monkeypatch.setattr(report, "gpus", lambda: [])
     monkeypatch.setattr(report, "engine_proven", lambda cid: None)
+    monkeypatch.setattr(report, "engine_template", lambda cid: "")
     monkeypatch.setattr(report, "engine_level", probe("engine"))
     monkeypatch.setattr(report, "engine_metrics", probe("metrics"))
     monkeypatch.setattr(report, "env_server", probe("env_server"))
@@ -131,3 +132,20 @@ def test_collect_reads_an_empty_port_setting_as_the_default(monkeypatch):
         "metrics": DEFAULT_PORTS["ENGINE_PORT"],
         "env_server": DEFAULT_PORTS["ENV_SERVER_PORT"],
     }
+
+
+def test_status_says_which_chat_template_the_engine_serves_and_that_turns_chain(monkeypatch):
+    """The launcher's line (engine/served_template.py), read from the engine container, under the capture level."""
+    line = "chat template: the model's chat template with history-keeps-reasoning (...); turns chain (...)"
+    running = {**container("running", None, "healthy"), "started_at": "", "bucket": None, "id": "e1"}
+    monkeypatch.setattr(report, "containers", lambda project: {"engine": {**running, "settings": {}}})
+    monkeypatch.setattr(report, "handoff", lambda project: {"state": "no hand-off volume (stack never started)"})
+    monkeypatch.setattr(report, "training", lambda bucket: {"bucket": bucket, "missing": "no status"})
+    monkeypatch.setattr(report, "gpus", lambda: [])
+    monkeypatch.setattr(report, "engine_proven", lambda cid: "")
+    monkeypatch.setattr(report, "engine_template", lambda cid: line if cid == "e1" else "")
+    monkeypatch.setattr(report, "engine_level", lambda port, **kw: {"capture_level": "tokens", "detail": "ok"})
+    monkeypatch.setattr(report, "engine_metrics", lambda port: {})
+    st = report.collect("proj")
+    assert st["engine"]["template"] == line
+    assert f"engine      capture level: tokens — ok\n            {line}\n" in report.human(st)
