@@ -1,0 +1,233 @@
+"""The agent's model layer without litellm (env_server/asyncgrpo_chat_model.py) against the litellm one it replaces.
+
+Runs where both are installed: the env-server image (mini-swe-agent 2.4.6 with the litellm it resolves, OpenEnv,
+Harbor). Each run is the real `mini-swe-agent` command line as Harbor 0.25.0 writes it (`-c mini`, the timeout,
+the step limit, the session header, api_base), in a subprocess, against env-server's own capture proxy
+(OpenEnv's capture app behind our front, `LoopbackHarborService`) in front of a scripted vLLM stand-in:
+
+  - for the same conversation (a tool call, a reply without one: mini-swe-agent's format error, then the
+    submission) the proxy records the same allow-listed fields turn by turn with either class, and the engine
+    receives the same bodies; the agent ends `Submitted` either way;
+  - with our class the agent process never imports litellm (`python -X importtime` lists every module);
+  - with our class a run still stops at the step limit, after exactly that many model calls, as with litellm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from support import free_port, wait_until
+
+from env_server import agent_install
+from env_server.capture import LoopbackHarborService
+
+SERVED = "m"
+STEP_LIMIT = 3
+MAX_OUTPUT_TOKENS = 256
+
+
+def tool_call(call_id: str, command: str) -> list[dict]:
+    args = json.dumps({"command": command})
+    return [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": args}}]
+
+
+def scripted_reply(body: dict, mode: str) -> dict:
+    """What the engine says, from the conversation alone (so both runs see the same): a tool call, then a reply
+    without one (mini-swe-agent answers with a format error), then the submission; in `loop` mode a tool call
+    that never finishes. Message fields as vLLM 0.2x and the mock engine send them."""
+    n = len(body["messages"])
+    if mode == "loop":
+        content, calls = f"Turn {n}.", tool_call(f"chatcmpl-tool-{n}", "echo again")
+    elif n <= 2:
+        content, calls = "Let me look.", tool_call("chatcmpl-tool-1", "echo hello")
+    elif n <= 4:
+        content, calls = "I think the answer is done.", []
+    else:
+        content, calls = "", tool_call("chatcmpl-tool-2", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
+    ids = [11, 12, 13]
+    prompt = list(range(1, 4 + n))
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": body.get("model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": content,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "tool_calls": calls,
+                    "reasoning": None,
+                    "reasoning_content": None,
+                },
+                "logprobs": {"content": [{"token": f"token_id:{i}", "logprob": -0.5} for i in ids]},
+                "finish_reason": "tool_calls" if calls else "stop",
+                "stop_reason": None,
+                "token_ids": ids,
+            }
+        ],
+        "usage": {"prompt_tokens": len(prompt), "completion_tokens": 3, "total_tokens": len(prompt) + 3},
+        "prompt_token_ids": prompt,
+    }
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.mode = "script"
+        app = FastAPI()
+
+        @app.get("/v1/models")
+        def models() -> dict:
+            return {"object": "list", "data": [{"id": SERVED, "object": "model"}]}
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Any:
+            body = await request.json()
+            self.seen.append(body)
+            return scripted_reply(body, self.mode)
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        threading.Thread(target=self.server.run, daemon=True).start()
+        wait_until(lambda: self.server.started, 30, "engine stand-in")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    engine = Engine()
+    service = LoopbackHarborService(
+        capture_host="127.0.0.1",
+        handoff_dir=str(tmp_path_factory.mktemp("handoff")),
+        llm_url=f"http://127.0.0.1:{engine.port}/v1",
+        model=SERVED,
+        datasets=[],
+        capture_port=free_port(),
+        capture_level="tokens",
+        max_output_tokens=MAX_OUTPUT_TOKENS,
+    )
+    service.start()
+    # The model module installed as agent_install installs it: one file, alone on the agent's import path.
+    site = tmp_path_factory.mktemp("agent-site")
+    shutil.copy(agent_install.MODEL_MODULE, site / agent_install.MODEL_MODULE.name)
+    yield engine, service, site
+    service._server.should_exit = True
+    engine.server.should_exit = True
+
+
+def run_agent(stack, tmp_path, *, ours: bool, step_limit: int = 0, importtime: bool = False):
+    """One `mini-swe-agent` run, its command line as Harbor 0.25.0's MiniSweAgent.run() builds it; returns
+    (the session's recorded turns, the trajectory, the process's stderr)."""
+    engine, service, site = stack
+    session = service.capture.app.state.registry.create(capture_level="tokens")
+    base = f"http://127.0.0.1:{service.port}/v1"
+    config = tmp_path / "custom.yaml"
+    config.write_text(json.dumps({"agent": {"step_limit": step_limit}}))
+    out = tmp_path / "trajectory.json"
+    argv = [
+        "--yolo",
+        f"--model=openai/{SERVED}",
+        "--task=Print hello.",
+        f"--output={out}",
+        "--cost-limit",
+        "0",
+        *(["--model-class", agent_install.MODEL_CLASS] if ours else []),
+        "-c",
+        "mini",
+        "-c",
+        "model.model_kwargs.timeout=3600",
+        "-c",
+        str(config),
+        "-c",
+        f"model.model_kwargs.extra_headers.X-Session-ID=trial-{secrets.token_hex(3)}",
+        "-c",
+        f"model.model_kwargs.api_base={base}",
+        "--exit-immediately",
+    ]
+    # OpenEnv's seam (agent_env) and Harbor's run() environment, nothing of this process's.
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "MSWEA_API_KEY": session.session_id,
+        "OPENAI_API_KEY": session.session_id,
+        "OPENAI_API_BASE": base,
+        "OPENAI_BASE_URL": base,
+        "MSWEA_CONFIGURED": "true",
+        "MSWEA_COST_TRACKING": "ignore_errors",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "PYTHONPATH": str(site) if ours else "",
+    }
+    flags = ["-X", "importtime"] if importtime else []
+    cmd = [sys.executable, *flags, "-c", "from minisweagent.run.mini import app; app()", *argv]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return service.capture.app.state.registry.get(session.session_id).graph.nodes(), json.loads(out.read_text()), proc
+
+
+RECORDED = ("model", "n_tools", "request_messages", "request_tools", "sampling_params", "requested_sampling_params")
+
+
+def recorded(nodes) -> list[dict]:
+    return [{field: getattr(node, field) for field in RECORDED} for node in nodes]
+
+
+def test_the_proxy_records_the_same_fields_with_either_class(stack, tmp_path):
+    engine = stack[0]
+    engine.mode = "script"
+    engine.seen.clear()
+    lit_nodes, lit_traj, _ = run_agent(stack, tmp_path / "litellm", ours=False)
+    lit_bodies = list(engine.seen)
+    engine.seen.clear()
+    our_nodes, our_traj, _ = run_agent(stack, tmp_path / "ours", ours=True)
+    our_bodies = list(engine.seen)
+
+    assert len(lit_nodes) == 3, recorded(lit_nodes)  # tool call, format error, submission
+    for turn, (lit, ours) in enumerate(zip(recorded(lit_nodes), recorded(our_nodes), strict=True)):
+        for field in RECORDED:
+            assert ours[field] == lit[field], (turn, field)
+    assert our_bodies == lit_bodies
+    # What the agent keeps as history: the assistant turns it sends back, every key and None as litellm's.
+    lit_msgs = [{k: v for k, v in m.items() if k != "extra"} for m in lit_traj["messages"]]
+    our_msgs = [{k: v for k, v in m.items() if k != "extra"} for m in our_traj["messages"]]
+    assert our_msgs == lit_msgs
+    assert [m["role"] for m in our_msgs] == ["system", "user", "assistant", "tool", "user", "assistant", "tool", "exit"]
+    assert lit_traj["info"]["exit_status"] == our_traj["info"]["exit_status"] == "Submitted"
+    assert our_traj["info"]["config"]["model"]["model_name"] == f"openai/{SERVED}"
+    assert our_traj["info"]["model_stats"] == lit_traj["info"]["model_stats"] == {"instance_cost": 0.0, "api_calls": 3}
+
+
+def test_the_agent_with_our_class_never_imports_litellm(stack, tmp_path):
+    stack[0].mode = "script"
+    _, traj, proc = run_agent(stack, tmp_path, ours=True, importtime=True)
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "asyncgrpo_chat_model" in imported and "minisweagent.agents.default" in imported  # the probe sees imports
+    assert sorted(m for m in imported if m.split(".")[0] in ("litellm", "openai")) == []
+    assert traj["info"]["config"]["model_type"] == agent_install.MODEL_CLASS
+
+
+@pytest.mark.parametrize("ours", [False, True], ids=["litellm", "ours"])
+def test_a_run_stops_at_the_step_limit(stack, tmp_path, ours):
+    engine = stack[0]
+    engine.mode = "loop"
+    engine.seen.clear()
+    try:
+        nodes, traj, _ = run_agent(stack, tmp_path, ours=ours, step_limit=STEP_LIMIT)
+    finally:
+        engine.mode = "script"
+    assert traj["info"]["exit_status"] == "LimitsExceeded"
+    assert len(engine.seen) == len(nodes) == traj["info"]["model_stats"]["api_calls"] == STEP_LIMIT
