@@ -130,12 +130,13 @@ def stack(tmp_path_factory):
     engine.server.should_exit = True
 
 
-def run_agent(stack, tmp_path, *, ours: bool, step_limit: int = 0, importtime: bool = False):
+def run_agent(stack, tmp_path, *, ours: bool, step_limit: int = 0, watch_imports: bool = False):
     """One `mini-swe-agent` run, its command line as Harbor 0.25.0's MiniSweAgent.run() builds it; returns
     (the session's recorded turns, the trajectory, the process's stderr)."""
     engine, service, site = stack
     session = service.capture.app.state.registry.create(capture_level="tokens")
     base = f"http://127.0.0.1:{service.port}/v1"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "custom.yaml"
     config.write_text(json.dumps({"agent": {"step_limit": step_limit}}))
     out = tmp_path / "trajectory.json"
@@ -172,12 +173,30 @@ def run_agent(stack, tmp_path, *, ours: bool, step_limit: int = 0, importtime: b
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "PYTHONPATH": str(site) if ours else "",
     }
-    flags = ["-X", "importtime"] if importtime else []
-    cmd = [sys.executable, *flags, "-c", "from minisweagent.run.mini import app; app()", *argv]
+    cmd = [sys.executable, "-c", WATCHED if watch_imports else "from minisweagent.run.mini import app; app()", *argv]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return service.capture.app.state.registry.get(session.session_id).graph.nodes(), json.loads(out.read_text()), proc
 
+
+# The agent's process with a finder in front of the import system: every attempt to import litellm or openai
+# (at any depth, `import` statement or importlib, caught or not) is refused and written down, and at exit the
+# process prints what it tried and whether our class was loaded. (`-X importtime` cannot show this: it does not
+# list modules loaded through importlib.import_module, which is how mini-swe-agent loads a model class.)
+WATCHED = """
+import atexit, importlib.abc, json, sys
+tried = []
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("litellm", "openai"):
+            tried.append(name)
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Refuse())
+atexit.register(lambda: print("IMPORTS " + json.dumps({"tried": tried, "ours": "asyncgrpo_chat_model" in sys.modules}),
+                              file=sys.stderr))
+from minisweagent.run.mini import app
+app()
+"""
 
 RECORDED = ("model", "n_tools", "request_messages", "request_tools", "sampling_params", "requested_sampling_params")
 
@@ -213,11 +232,18 @@ def test_the_proxy_records_the_same_fields_with_either_class(stack, tmp_path):
 
 def test_the_agent_with_our_class_never_imports_litellm(stack, tmp_path):
     stack[0].mode = "script"
-    _, traj, proc = run_agent(stack, tmp_path, ours=True, importtime=True)
-    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "asyncgrpo_chat_model" in imported and "minisweagent.agents.default" in imported  # the probe sees imports
-    assert sorted(m for m in imported if m.split(".")[0] in ("litellm", "openai")) == []
+    _, traj, proc = run_agent(stack, tmp_path, ours=True, watch_imports=True)
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("IMPORTS ")]
+    assert json.loads(line[len("IMPORTS ") :]) == {"tried": [], "ours": True}
+    assert traj["info"]["exit_status"] == "Submitted"
     assert traj["info"]["config"]["model_type"] == agent_install.MODEL_CLASS
+
+
+def test_the_import_watch_sees_litellms_class_import_it(stack, tmp_path):
+    """The watch itself: with mini-swe-agent's default class the same run tries litellm (and fails on it)."""
+    stack[0].mode = "script"
+    with pytest.raises(AssertionError, match="ModuleNotFoundError: litellm"):
+        run_agent(stack, tmp_path, ours=False, watch_imports=True)
 
 
 @pytest.mark.parametrize("ours", [False, True], ids=["litellm", "ours"])
