@@ -15,8 +15,8 @@ tests/integration/env_server_guards/test_chat_model_parity.py compares the two t
     OPENAI_API_BASE; the key from model_kwargs, else OPENAI_API_KEY (litellm's order);
   - retries: each call retries 408/409/429/5xx and connection errors twice, 0.5 s then 1 s (x0.75-1 jitter,
     Retry-After up to 60 s honoured: the OpenAI client's max_retries=2 under litellm); around that
-    mini-swe-agent's own `retry()` (10 attempts, 4-60 s), which gives up at once on 401/403/404 and on a
-    context-window error, as on litellm's AuthenticationError/PermissionDenied/NotFound/ContextWindowExceeded;
+    mini-swe-agent's own `retry()` (10 attempts, 4-60 s), which gives up at once on 401/404 and on a
+    context-window error, as on litellm's AuthenticationError/NotFound/ContextWindowExceeded;
   - the timeout: model_kwargs' `timeout` (Harbor passes 3600), litellm's 600 s default otherwise;
   - the message handed back (`message.model_dump()` in litellm, which mini-swe-agent sends back as history, so
     it decides whether turns chain): `assistant_message` below;
@@ -58,7 +58,9 @@ LITELLM_DEFAULT_TIMEOUT_S = 600.0
 # The OpenAI client under litellm: max_retries=2, 0.5 s doubling to at most 8 s, jitter down to x0.75.
 CLIENT_RETRIES = 2
 RETRY_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
-ABORT_STATUSES = frozenset({401, 403, 404})
+# litellm 1.110.2 maps 401 and 404 to its abort exceptions; a 403 from an openai-compatible server comes out as
+# APIError, which mini-swe-agent retries (measured: test_retries_and_aborts_match_litellms).
+ABORT_STATUSES = frozenset({401, 404})
 # litellm 1.110.2 `ExceptionCheckers.is_error_str_context_window_exceeded` (vLLM's line is the second).
 CONTEXT_WINDOW_MARKS = (
     "exceed context limit",

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from support import free_port, wait_until
 
 from env_server import agent_install
@@ -257,3 +258,84 @@ def test_a_run_stops_at_the_step_limit(stack, tmp_path, ours):
         engine.mode = "script"
     assert traj["info"]["exit_status"] == "LimitsExceeded"
     assert len(engine.seen) == len(nodes) == traj["info"]["model_stats"]["api_calls"] == STEP_LIMIT
+
+
+class StatusEngine:
+    """Answers each call with the next status of a plan (then the scripted reply), counting the calls."""
+
+    def __init__(self) -> None:
+        self.plan: list[tuple[int, str]] = []
+        self.calls = 0
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Any:
+            body = await request.json()
+            self.calls += 1
+            if self.plan:
+                status, message = self.plan.pop(0)
+                return JSONResponse({"error": {"message": message, "type": "x", "code": status}}, status_code=status)
+            return scripted_reply(body, "loop")
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        threading.Thread(target=self.server.run, daemon=True).start()
+        wait_until(lambda: self.server.started, 30, "status engine")
+
+
+# (plan of refusals, calls made, whether mini-swe-agent's retry() gives up at once), for ONE retry() attempt:
+# what litellm's OpenAI client retries by itself, and which refusals litellm maps to an abort exception.
+STATUS_CASES = {
+    "500 x3": ([(500, "boom")] * 3, 3, False),
+    "429 x3": ([(429, "slow down")] * 3, 3, False),
+    "503 then ok": ([(503, "starting")], 2, None),
+    "401": ([(401, "unknown API key")], 1, True),
+    "403": ([(403, "no")], 1, False),  # litellm: APIError, retried
+    "404": ([(404, "no route")], 1, True),
+    "400": ([(400, "bad field")], 1, False),
+    "400 context": (
+        [(400, "This model's maximum context length is 32768 tokens. However, you requested 40000")],
+        1,
+        True,
+    ),
+    "413": ([(413, "too large")], 1, False),
+}
+
+
+@pytest.fixture(scope="module")
+def status_engine(stack):
+    sys.path.insert(0, str(stack[2]))  # the model module, installed alone as in the sandbox
+    engine = StatusEngine()
+    yield engine
+    engine.server.should_exit = True
+
+
+@pytest.mark.parametrize("case", list(STATUS_CASES))
+def test_retries_and_aborts_match_litellms(status_engine, monkeypatch, case):
+    from asyncgrpo_chat_model import CaptureChatModel  # noqa: I001 -- on the path via PYTHONPATH below
+    from minisweagent.models.litellm_model import LitellmModel
+
+    monkeypatch.setenv("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1")  # one retry() attempt: the client's own retries
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    base = f"http://127.0.0.1:{status_engine.port}/v1"
+    plan, calls, aborts = STATUS_CASES[case]
+    for cls in (LitellmModel, CaptureChatModel):
+        model = cls(
+            model_name=f"openai/{SERVED}",
+            model_kwargs={"api_base": base, "api_key": "k", "timeout": 60},
+            cost_tracking="ignore_errors",
+        )
+        status_engine.plan, status_engine.calls = list(plan), 0
+        try:
+            model.query([{"role": "user", "content": "hi"}])
+            raised = None
+        except Exception as exc:  # noqa: BLE001 -- which exception is the point
+            raised = exc
+        assert status_engine.calls == calls, (cls.__name__, case)
+        if aborts is None:
+            assert raised is None, (cls.__name__, raised)
+        else:
+            assert raised is not None and isinstance(raised, tuple(model.abort_exceptions)) == aborts, (
+                cls.__name__,
+                raised,
+            )
