@@ -12,6 +12,7 @@ gate proves nothing. docs/LEARNING.md holds a run's output.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -39,7 +40,18 @@ def run(control: bool) -> dict:
     return {"rc": out.returncode, "wall_s": time.time() - t0, "figures": figures, "curve": table, "tail": text[-3000:]}
 
 
-def main() -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """`--help` prints this file's usage and exits before anything runs: each run is a whole CPU stack for ~70 min."""
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/learning_stack.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parse(argv)
     results = {name: run(control) for name, control in (("learning run", False), ("control", True))}
     for name, r in results.items():
         print(f"\n## {name}: pytest exit {r['rc']}, {r['wall_s']:.0f} s")

@@ -14,6 +14,12 @@ the config flags, the trajectory conversion) and changing only `install()`:
 
 The switch is made on OpenEnv's seam table, which is data by design: the mini-swe-agent seam keeps
 its env wiring and step limit, and only gains an `import_path` naming the subclass.
+
+Every mode also installs the model layer (`asyncgrpo_chat_model.py`, one file) into the agent's own Python and
+names it with mini-swe-agent's `--model-class`: the agent then never imports litellm, whose import was most of
+a rollout's CPU (docs/LEARNING.md). The flag goes on the command line, not into the `config` mapping, so
+Harbor 0.25.0's `MiniSweAgent.resolve_model_connection_config` still reads the config as a litellm one and
+passes the same api_base, timeout, session header and key it passed before.
 """
 
 from __future__ import annotations
@@ -35,36 +41,82 @@ BIN_LINK = "/usr/local/bin/mini-swe-agent"
 SANDBOX_WHEELHOUSE = "/tmp/asyncgrpo-wheelhouse"
 WHEELHOUSE_DIR = "/wheelhouse"  # overridden from Settings by `apply`
 
-_VERSION_CMD = (
-    'py=$(dirname "$(readlink -f "$(command -v mini-swe-agent)")")/python; '
-    '"$py" -c \'import minisweagent; print("mini-swe-agent", minisweagent.__version__)\''
+_AGENT_PYTHON = 'py=$(dirname "$(readlink -f "$(command -v mini-swe-agent)")")/python'
+_VERSION_CMD = f'{_AGENT_PYTHON}; "$py" -c \'import minisweagent; print("mini-swe-agent", minisweagent.__version__)\''
+
+MODEL_MODULE = Path(__file__).with_name("asyncgrpo_chat_model.py")
+MODEL_CLASS = "asyncgrpo_chat_model.CaptureChatModel"
+SANDBOX_MODEL_FILE = "/tmp/asyncgrpo_chat_model.py"
+# Exit status of the install command when the task image has no mini-swe-agent (preinstalled mode's refusal).
+_NO_AGENT = 3
+# Into the site-packages of the Python that runs mini-swe-agent (a venv, or uv's tool venv online), where
+# `--model-class` imports it from; a fresh sandbox has no .pyc for it, so Python writes none there either way.
+_INSTALL_MODEL_CMD = (
+    f"command -v mini-swe-agent >/dev/null || exit {_NO_AGENT}; {_AGENT_PYTHON} && "
+    'site=$("$py" -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\') && '
+    f'install -m 0644 {SANDBOX_MODEL_FILE} "$site/{MODEL_MODULE.name}" && rm -f {SANDBOX_MODEL_FILE}'
 )
 
 
-class PreinstalledMiniSweAgent(MiniSweAgent):
+class CaptureModelMixin:
+    """The model layer without litellm, for each installer below (Harbor's MiniSweAgent subclasses)."""
+
+    def build_cli_flags(self) -> str:
+        # Harbor 0.25.0's MiniSweAgent.run() puts these flags on the mini-swe-agent command line.
+        return " ".join(filter(None, (super().build_cli_flags(), f"--model-class {MODEL_CLASS}")))  # type: ignore[misc]
+
+    async def install_chat_model(self, environment: Any, *, user: str | None = "root", prefix: str = "") -> Any:
+        await environment.upload_file(source_path=MODEL_MODULE, target_path=SANDBOX_MODEL_FILE)
+        return await environment.exec(command=f"set -o pipefail; {prefix}{_INSTALL_MODEL_CMD}", user=user)
+
+
+def _install_failed(result: Any) -> RuntimeError:
+    said = " ".join(f"{result.stdout or ''} {result.stderr or ''}".split())[-300:]
+    return RuntimeError(
+        f"installing the agent's model layer ({MODEL_MODULE.name}) into the sandbox failed (exit "
+        f"{result.return_code}: {said or 'no output'}): the sandbox needs a POSIX shell and `install`"
+    )
+
+
+class OnlineMiniSweAgent(CaptureModelMixin, MiniSweAgent):
+    """Harbor's own online install (uv, from the internet), then the model layer into uv's tool venv."""
+
+    async def install(self, environment: Any) -> None:
+        await super().install(environment)
+        # As Harbor installed it: as the agent user, with uv's bin folder on PATH.
+        result = await self.install_chat_model(environment, user=None, prefix='export PATH="$HOME/.local/bin:$PATH"; ')
+        if result.return_code != 0:
+            raise _install_failed(result)
+
+
+class PreinstalledMiniSweAgent(CaptureModelMixin, MiniSweAgent):
     """mini-swe-agent baked into the task image; nothing is downloaded in the sandbox."""
 
     async def install(self, environment: Any) -> None:
-        result = await environment.exec(command="command -v mini-swe-agent", user="root")
-        if result.return_code != 0:
+        result = await self.install_chat_model(environment)
+        if result.return_code == _NO_AGENT:
             raise RuntimeError(
                 "AGENT_INSTALL=preinstalled but mini-swe-agent is not on PATH in this task's image: add "
                 f"`RUN python3 -m venv {VENV} && {VENV}/bin/pip install mini-swe-agent==2.4.6 && "
                 f"ln -s {VENV}/bin/mini-swe-agent {BIN_LINK}` to its environment/Dockerfile, or set "
                 "AGENT_INSTALL=online (sandbox needs internet) or wheelhouse"
             )
+        if result.return_code != 0:
+            raise _install_failed(result)
 
     def get_version_command(self) -> str | None:
         return _VERSION_CMD
 
 
-class WheelhouseMiniSweAgent(MiniSweAgent):
+class WheelhouseMiniSweAgent(CaptureModelMixin, MiniSweAgent):
     """mini-swe-agent installed from wheels that env-server uploads: no network in the sandbox."""
 
     async def install(self, environment: Any) -> None:
-        present = await environment.exec(command="command -v mini-swe-agent", user="root")
+        present = await self.install_chat_model(environment)
         if present.return_code == 0:
             return
+        if present.return_code != _NO_AGENT:
+            raise _install_failed(present)
         await environment.upload_dir(source_dir=Path(WHEELHOUSE_DIR), target_dir=SANDBOX_WHEELHOUSE)
         version = f"=={self._version}" if self._version else ""
         await self.exec_as_root(
@@ -76,12 +128,16 @@ class WheelhouseMiniSweAgent(MiniSweAgent):
                 f"ln -sf {VENV}/bin/mini-swe-agent {BIN_LINK} && rm -rf {SANDBOX_WHEELHOUSE}"
             ),
         )
+        installed = await self.install_chat_model(environment)
+        if installed.return_code != 0:
+            raise _install_failed(installed)
 
     def get_version_command(self) -> str | None:
         return _VERSION_CMD
 
 
 CLASSES = {
+    "online": f"{__name__}:OnlineMiniSweAgent",
     "preinstalled": f"{__name__}:PreinstalledMiniSweAgent",
     "wheelhouse": f"{__name__}:WheelhouseMiniSweAgent",
 }
@@ -102,12 +158,15 @@ def apply(mode: str, wheelhouse_dir: str = WHEELHOUSE_DIR) -> str:
     from openenv.harbor import seams
 
     pin_version()
+    seams.SEAMS["mini-swe-agent"] = replace(seams.SEAMS["mini-swe-agent"], import_path=CLASSES[mode])
     if mode == "online":
         return (
             f"agent     mini-swe-agent=={MINI_SWE_AGENT_VERSION} installed by Harbor in each sandbox "
-            "(needs internet there)"
+            f"(needs internet there); model layer {MODEL_CLASS}"
         )
     WHEELHOUSE_DIR = wheelhouse_dir
-    seams.SEAMS["mini-swe-agent"] = replace(seams.SEAMS["mini-swe-agent"], import_path=CLASSES[mode])
     where = "from the task image" if mode == "preinstalled" else f"from {wheelhouse_dir}"
-    return f"agent     mini-swe-agent {where} (AGENT_INSTALL={mode}; no download in the sandbox)"
+    return (
+        f"agent     mini-swe-agent {where} (AGENT_INSTALL={mode}; no download in the sandbox); "
+        f"model layer {MODEL_CLASS}"
+    )

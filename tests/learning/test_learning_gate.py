@@ -12,7 +12,7 @@ the mock engine. In order, on one stack and one run, as an operator would do it:
     -> the trainer's own evaluation at the last step (EVAL_STEPS) -> the gate
 
 The gate (`gate_failures`): held-out pass@1 after training above the baseline with non-overlapping 95% Wilson
-intervals, and the mean training reward of the last three steps >= REWARD_BAR. Thresholds come from measured
+intervals, and the mean training reward of the last three steps >= REWARD_BAR (verdict.py). Thresholds come from measured
 runs (benchmarks/learning_stack.py prints them; the figures are in docs/LEARNING.md).
 
 The control: LEARNING_GATE_CONTROL=1 runs the same thing with the mock engine's `weights_not_served` fault
@@ -26,7 +26,6 @@ ones (`test_the_control_is_stopped_by_the_served_weights_check`).
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import secrets
@@ -46,6 +45,7 @@ from compose_stack import (  # noqa: F401 -- diagnose_on_failure: the autouse fi
     wait_for_step,
 )
 from compose_stack import run_status as status
+from learning.verdict import gate_failures, pass_at_1
 
 from trainer.stop_rules import StopRules
 
@@ -55,9 +55,6 @@ PORTS = {"ENGINE_PORT": 18811, "ENV_SERVER_PORT": 18810, "CAPTURE_PORT": 18910, 
 MAX_STEPS = 15
 STOP_AT = 7  # SIGTERM once this step is logged: the resume check, mid-curve
 SAVE_STEPS = 5
-# Set from measured runs (docs/LEARNING.md): the last three steps' reward reached 0.8-0.9 from a base ~0.25.
-REWARD_BAR = 0.7
-LAST_STEPS = 3
 MISMATCH_BOUND = 0.02  # STOP_MISMATCH_KL's default (trainer/stop_rules.py)
 # A step whose every sample was drawn by the weights the trainer holds (staleness 0: the first step, the first after
 # a resume) carries no drift, only the engine-trainer gap: both runs measured 8.6e-09..1.0e-08 there (float32 on both
@@ -127,28 +124,6 @@ def log_history(stack) -> list[dict]:
 
 def per_step(history: list[dict], key: str) -> dict[int, float]:
     return {h["step"]: h[key] for h in history if key in h and isinstance(h[key], (int, float))}
-
-
-def pass_at_1(doc: dict) -> tuple[float, float, float]:
-    p = doc["pass_at_k"]["1"]
-    return p["value"], p["ci_low"], p["ci_high"]
-
-
-def gate_failures(baseline: dict, final: dict, rewards: dict[int, float]) -> list[str]:
-    """Why this run did NOT learn, one line each; empty when it did. The control must get at least one."""
-    failures = []
-    b, b_lo, b_hi = pass_at_1(baseline)
-    f, f_lo, f_hi = pass_at_1(final)
-    if not f_lo > b_hi:
-        failures.append(
-            f"held-out pass@1 {f:.3f} [{f_lo:.3f}, {f_hi:.3f}] after training does not clear the baseline "
-            f"{b:.3f} [{b_lo:.3f}, {b_hi:.3f}] (95% Wilson intervals overlap)"
-        )
-    last = [rewards[s] for s in sorted(rewards)[-LAST_STEPS:]]
-    mean = sum(last) / len(last) if last else math.nan
-    if not (len(last) == LAST_STEPS and mean >= REWARD_BAR):
-        failures.append(f"mean reward of the last {LAST_STEPS} steps {mean:.3f} < {REWARD_BAR} ({last})")
-    return failures
 
 
 def curve(stack) -> str:
