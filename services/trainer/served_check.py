@@ -95,6 +95,29 @@ def served_model(engine_url: str, timeout_s: float = REQUEST_TIMEOUT_S) -> str |
         return None
 
 
+def linear_tree(model, n: int, device) -> dict:
+    """The extra arguments the trainer's attention needs for one plain sequence of `n` tokens.
+
+    AsyncGRPO trains with its own attention (TRL 1.16.0 `experimental/async_grpo/packing.py`, `tree_attention`,
+    registered as "tree_fa3"), which takes the packed tree's layout as keyword arguments and has no default for them:
+    a plain forward of the trainer's model fails with "tree_attention() missing 5 required keyword-only arguments"
+    (seen on the first canary of a CPU dry run). One sequence is a tree of one path: every position attends to the
+    ones before it, one segment [0, n). Any other attention takes no extra arguments."""
+    if getattr(model.config, "_attn_implementation", None) != "tree_fa3":
+        return {}
+    import torch
+
+    bounds = torch.tensor([0, n], dtype=torch.int32, device=device)
+    return {
+        "position_ids": torch.arange(n, device=device)[None],
+        "tree_kv_index": torch.arange(n, dtype=torch.long, device=device),
+        "tree_cu_seqlens_q": bounds,
+        "tree_cu_seqlens_k": bounds,
+        "tree_max_seqlen_q": n,
+        "tree_max_seqlen_k": n,
+    }
+
+
 def model_scorer(model) -> Callable[[list[int], int], list[float]]:
     """The trainer's side: log-softmax logprobs of the last `sampled` ids given the ones before, from `model` as it
     is now (the weights just pushed). No gradient; the compute dtype of training (bf16 autocast on a GPU)."""
@@ -111,7 +134,8 @@ def model_scorer(model) -> Callable[[list[int], int], list[float]]:
                 torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"),
             ):
                 x = torch.tensor([ids], device=device)
-                logits = model(input_ids=x, use_cache=False).logits[0, :-1].float()
+                logits = model(input_ids=x, use_cache=False, **linear_tree(model, len(ids), device)).logits[0, :-1]
+                logits = logits.float()
             logp = torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None])[:, 0]
             return logp[-sampled:].tolist()
         finally:
