@@ -28,9 +28,13 @@ def test_a_healthy_verdict_ends_with_the_launchers_line(tmp_path):
 
 
 def test_the_healthcheck_reads_the_record_the_launcher_writes(tmp_path, monkeypatch, capsys):
+    from engine import chain
+
     engine = Engine(lambda t: 4.0 / t)
     try:
         monkeypatch.setattr(turn_end, "RECORD", tmp_path / "turn-end")
+        # No chain record: a launcher run on this host leaves one in the temporary folder, which this test read.
+        monkeypatch.setattr(chain, "RECORD", tmp_path / "chain")
         monkeypatch.setattr(probe, "PROVEN_FILE", tmp_path / "proven")
         turn_end.write_record(DISAGREE)
         assert probe.main([engine.url]) == 0
