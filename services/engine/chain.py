@@ -32,6 +32,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from stack import facts
+
 # The parsers whose split this check replays (vLLM 0.31: Hermes2ProToolParser, Qwen3CoderToolParser both
 # cut `content` at the first `<tool_call>`; Qwen3ReasoningParser / DeepSeekR1ReasoningParser at `</think>`).
 TOOL_PARSERS = ("hermes", "qwen3_coder")
@@ -44,18 +46,7 @@ RECORD = Path(tempfile.gettempdir()) / "asyncgrpo-engine-chain"
 
 SYSTEM = "You are a helpful assistant that can interact with a computer.\n"
 TASK = "Please solve this issue: the tests in tests/ fail.\n\nYou can execute bash commands."
-BASH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "bash",
-        "description": "Execute a bash command",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "The bash command to execute"}},
-            "required": ["command"],
-        },
-    },
-}
+BASH_TOOL = facts.MINI_SWE_AGENT_BASH_TOOL
 COMMANDS = ("ls -la", "cat setup.py | head -n 20", "python -m pytest -q tests/")
 REASONING = "I should look at the files first, then run the tests."
 TEXT = "Let me look at the repository."

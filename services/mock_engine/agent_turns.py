@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from mock_engine.script import SUBMIT_COMMAND
+from stack import facts
 
 SYSTEM_TEMPLATE = "You are a helpful assistant that can interact with a computer.\n"
 INSTANCE_TEMPLATE = """Please solve this issue: {{task}}
@@ -123,18 +124,7 @@ OBSERVATION_TEMPLATE = (
     '  {%- if output.exception_info %}, "exception_info": {{ output.exception_info | tojson }}{% endif %}\n}\n'
     "{%- endif -%}\n"
 )
-BASH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "bash",
-        "description": "Execute a bash command",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "The bash command to execute"}},
-            "required": ["command"],
-        },
-    },
-}
+BASH_TOOL = facts.MINI_SWE_AGENT_BASH_TOOL
 SUBMIT = SUBMIT_COMMAND
 
 

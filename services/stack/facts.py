@@ -14,6 +14,21 @@ from __future__ import annotations
 # How mini-swe-agent gets into a sandbox (env_server.agent_install).
 AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")
 
+# mini-swe-agent 2.4.6's one tool (minisweagent/models/utils/actions_toolcall.py), as the agent sends it with every
+# model call: the engine's chain check (engine/chain.py) and the mock engine (mock_engine/agent_turns.py) render it.
+MINI_SWE_AGENT_BASH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Execute a bash command",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The bash command to execute"}},
+            "required": ["command"],
+        },
+    },
+}
+
 # Model calls per rollout. Always on: a chained rollout's packed length, and so the trainer's memory,
 # grows with its turns (docs/GPU-BENCHMARK.md).
 DEFAULT_STEP_LIMIT = 12
