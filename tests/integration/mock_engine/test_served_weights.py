@@ -11,7 +11,7 @@ from mock_engine_support import set_faults
 from transformers import AutoModelForCausalLM
 
 from mock_engine.weight_client import MockWeightTransfer
-from trainer.served_check import TOLERANCE_NATS, ServedWeights, WeightsNotServed
+from trainer.served_check import FLOAT32_TOLERANCE_NATS, TOLERANCE_NATS, ServedWeights, WeightsNotServed
 
 
 def push(check, model):
@@ -43,7 +43,7 @@ def test_landed_pushes_agree_and_an_unserved_push_stops(engine, model_dir):
                 p.add_(torch.randn_like(p) * 0.5 * (p.std() if p.numel() > 1 else 1.0))
         with pytest.raises(WeightsNotServed) as exc:
             push(check, model)
-        assert check.gap_mean > TOLERANCE_NATS
+        assert check.tolerance == FLOAT32_TOLERANCE_NATS and check.gap_mean > TOLERANCE_NATS
         assert "does not serve the weights the trainer pushed: after weight push 3" in exc.value.reason()
         print(f"\nserved-weights check: landed pushes ~0, unserved push {check.gap_mean:.3f} nats mean")
     finally:

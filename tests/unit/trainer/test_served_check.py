@@ -255,3 +255,39 @@ def test_an_answer_without_token_ids_is_unavailable_not_zero(completions):
     answer["doc"] = {"choices": [{"text": "x", "logprobs": {"token_logprobs": [-0.5]}}]}
     with pytest.raises(CanaryUnavailable):
         engine_canary(url, None)
+
+
+class _Param:
+    def __init__(self, device: str):
+        self.device = type("Device", (), {"type": device})()
+
+
+class _Model:
+    def __init__(self, device: str):
+        self.device = device
+
+    def parameters(self):
+        return iter([_Param(self.device)])
+
+
+def test_the_tolerance_follows_the_trainers_compute_dtype():
+    """bf16 autocast on a GPU: 0.3 nats (kernel noise measured at 0.04-0.06). Float32 on a CPU against the float32 mock:
+    0.01, since on one H200 the control's drift reached only 0.281 after 15 steps and was never stopped at 0.3."""
+    gpu, cpu = ServedWeights(Engine(), "http://engine"), ServedWeights(Engine(), "http://engine")
+    gpu.attach(_Model("cuda"))
+    cpu.attach(_Model("cpu"))
+    assert (gpu.tolerance, gpu.noise) == (0.3, "bf16 kernel noise")
+    assert (cpu.tolerance, cpu.noise) == (0.01, "float32 noise")
+    explicit = ServedWeights(Engine(), "http://engine", tolerance=0.2)
+    explicit.attach(_Model("cpu"))
+    assert explicit.tolerance == 0.2
+
+
+def test_in_float32_one_step_of_the_controls_drift_stops_the_run():
+    # The GPU control's first push read 0.040 nats mean; a tenth of that drift is already past 0.01.
+    engine, trainer = Engine(lands=False), Trainer()
+    check = checked(engine, trainer)
+    check.tolerance, check.noise = 0.01, "float32 noise"
+    with pytest.raises(WeightsNotServed) as exc:
+        train_and_push(check, trainer, 0.004)
+    assert "above the 0.01 nats that float32 noise stays under" in exc.value.reason()
