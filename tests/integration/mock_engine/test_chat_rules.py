@@ -22,6 +22,11 @@ from mock_engine.tokenizer import QWEN3_RULES_TEMPLATE
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
 
 
+# Every engine here gets its own TMPDIR: an engine writes its healthcheck records (turn end, chain) into its temporary
+# folder, one engine per container in production, and the session's engine (conftest) shares this container's /tmp:
+# a Qwen3-rules engine started here overwrote them, and test_probes' healthcheck then reported Qwen3 rules for it.
+
+
 def qwen3_model(model_dir: Path, tmp_path: Path) -> Path:
     """A copy of the tiny model whose own chat template has Qwen3's thinking rules."""
     model = tmp_path / "qwen3-rules-model"
@@ -71,7 +76,7 @@ def test_the_mock_under_qwen3_rules_renders_history_as_the_derived_template(mode
         },
         agent_turns.observation("a\n", 0, "c1"),
     ]
-    with serve(model_dir, tmp_path, MOCK_CHAT_RULES="qwen3") as base:
+    with serve(model_dir, tmp_path, MOCK_CHAT_RULES="qwen3", TMPDIR=str(tmp_path)) as base:
         ids = requests.post(f"{base}/tokenize", json={"messages": history, "tools": [agent_turns.BASH_TOOL]}).json()
         text = requests.post(f"{base}/detokenize", json={"tokens": ids["tokens"]}).json()["prompt"]
     assert "<|im_start|>assistant\nLet me look.\n" + CALL + "<|im_end|>" in text  # no second newline
@@ -81,7 +86,7 @@ def test_the_mock_under_qwen3_rules_renders_history_as_the_derived_template(mode
 
 
 def test_the_mock_refuses_the_published_qwen3_rules(model_dir, tmp_path):
-    env = {"MOCK_CHAT_RULES": "qwen3", "CHAT_TEMPLATE_FIX": "off"}
+    env = {"MOCK_CHAT_RULES": "qwen3", "CHAT_TEMPLATE_FIX": "off", "TMPDIR": str(tmp_path)}
     try:
         with serve(model_dir, tmp_path, **env):
             raise AssertionError("the mock engine started with a template whose turns fork")
@@ -96,7 +101,7 @@ def test_scripted_turns_chain_through_the_mock_under_qwen3_rules(model_dir, tmp_
 
     messages = agent_turns.first_messages(f"Solve {SCRIPT_MATCH}.", ("Linux", "6.1", "#1", "x86_64"))
     body = {"model": SERVED, "tools": [agent_turns.BASH_TOOL], "return_token_ids": True, "temperature": 1.0}
-    with serve(model_dir, tmp_path, MOCK_CHAT_RULES="qwen3", MOCK_SCRIPT_PROB="1") as base:
+    with serve(model_dir, tmp_path, MOCK_CHAT_RULES="qwen3", MOCK_SCRIPT_PROB="1", TMPDIR=str(tmp_path)) as base:
         first = requests.post(f"{base}/v1/chat/completions", json={**body, "messages": messages}, timeout=60).json()
         message = first["choices"][0]["message"]
         call = message["tool_calls"][0]

@@ -40,12 +40,18 @@ def test_healthcheck_passes_on_a_trainable_engine(engine):
     result = run_probe(engine)  # as compose runs it: no arguments, ENGINE_HOST/ENGINE_PORT
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("engine healthy:")
-    # The mock's start-up line on turn ends (engine/turn_end.py), repeated by the healthcheck: one line.
-    assert result.stdout.strip().endswith(
+    # The mock's start-up lines on turn ends (engine/turn_end.py) and on the served template and its chain check
+    # (engine/served_template.py), repeated by the healthcheck in that order: one line.
+    assert (
         "; turn end <|im_end|> (2): the engine stops on it alone "
         "(TURN_END_TOKENS=auto); the model's generation config also stops on <|endoftext|> (0), which the chat "
         "template never renders at a turn's end (a turn ending there would fork its rollout); TURN_END_TOKENS=model "
-        "keeps the model's stops"
+        "keeps the model's stops; chatml rules; chat template: the model's chat template, as published (CHAT_TEMPLATE_FIX: "
+        "no rewrite applies); "
+    ) in result.stdout, result.stdout
+    assert result.stdout.strip().endswith(
+        "turns chain (TOOL_CALL_PARSER=hermes, REASONING_PARSER=(none), CHAT_TEMPLATE_KWARGS empty): 3 tool turns, "
+        "with and without text before the call, extend the previous prompt token for token"
     ), result.stdout
     assert len(result.stdout.strip().splitlines()) == 1
 
