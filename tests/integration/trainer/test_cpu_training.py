@@ -153,7 +153,8 @@ def test_sigterm_during_a_step_saves_that_step_and_stops(stack):
     """`docker compose stop` while a step computes: the step's checkpoint is written although SAVE_STEPS is
     far off (trainer/stop.py's StopCallback sets should_save), the run stops there, and says how to resume."""
     run = "cpu-sigterm"
-    log = train(stack, max_steps=6, run=run, extra_env={"SAVE_STEPS": "100", "TEST_SIGTERM_AT_STEP": "2"})
+    # SAVE_STEPS = MAX_STEPS, the longest interval preflight accepts: no periodic checkpoint before the last step.
+    log = train(stack, max_steps=6, run=run, extra_env={"SAVE_STEPS": "6", "TEST_SIGTERM_AT_STEP": "2"})
     run_dir = stack["bucket"] / "checkpoints" / run
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2"], log[-4000:]
     state = json.loads((run_dir / "checkpoint-2" / "trainer_state.json").read_text())
@@ -176,7 +177,7 @@ def test_a_fully_forked_run_stops_by_rule_with_a_checkpoint_and_one_line(stack):
             stack,
             max_steps=8,
             run=run,
-            extra_env={"STOP_WINDOW_STEPS": str(window), "SAVE_STEPS": "100"},
+            extra_env={"STOP_WINDOW_STEPS": str(window), "SAVE_STEPS": "8"},  # = MAX_STEPS: none periodic before
             expect_rc=3,
         )
     finally:

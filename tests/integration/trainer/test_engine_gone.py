@@ -157,7 +157,8 @@ def test_the_trainer_stops_with_the_step_saved_when_the_engine_is_killed_during_
             max_steps=4,
             run=run,
             extra_env={
-                "SAVE_STEPS": "100",  # so checkpoint-1 can only be the engine-gone save
+                # = MAX_STEPS, the longest interval preflight accepts: checkpoint-1 can only be the engine-gone save
+                "SAVE_STEPS": "4",
                 "TEST_KILL_ENGINE_AT_STEP": "1",
                 "TEST_ENGINE_PID": str(engine["engine_pid"]),
             },
