@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-pytest.importorskip("tokenizers", reason="the real-BPE tests need tokenizers (requirements/test.txt)")
-
+import tokenizers  # noqa: F401 -- requirements/test.txt installs it: a missing tokenizer must fail, not skip
 from fixtures.chat_templates.real_tokenizer import QwenTokenizer, template  # noqa: E402
 
 from engine import chain, served_template, template_fix, turn_end  # noqa: E402
