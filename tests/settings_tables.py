@@ -4,36 +4,22 @@ Helm chart are checked against them). Host only: no one image carries every serv
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
+from pathlib import Path
 
 from stack.env import TRUE_WORDS, Field
 
-# Every module that declares the settings its service reads.
-TABLES = [
-    ("stack.fields", "SHARED"),
-    ("trainer.config", "FIELDS"),
-    ("trainer.stop_rules", "FIELDS"),
-    ("trainer.reporting", "FIELDS"),
-    ("trainer.dashboard", "FIELDS"),
-    ("trainer.healthcheck", "FIELDS"),
-    ("env_server.settings", "FIELDS"),
-    ("tunnel_check.settings", "FIELDS"),
-    ("engine.command", "FIELDS"),
-    ("guards.checks", "FIELDS"),
-    ("mock_engine.__main__", "FIELDS"),
-    ("tunnel_standin.__main__", "FIELDS"),
-]
+# scripts/settings_files.py: the list of settings tables the generator writes .env.example and the chart schema from.
+_spec = importlib.util.spec_from_file_location(
+    "settings_files", Path(__file__).resolve().parents[1] / "scripts/settings_files.py"
+)
+settings_files = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(settings_files)
 
 
-def all_fields() -> dict[str, Field]:
-    found: dict[str, Field] = {}
-    for module, name in TABLES:
-        for field in getattr(importlib.import_module(module), name):
-            assert found.setdefault(field.name, field) is field, f"{field.name} is declared twice ({module})"
-    return found
-
-
-FIELDS = all_fields()
+# The same gathering and default rendering the generator uses, so the tests and the generated files agree by
+# construction.
+FIELDS = settings_files.all_fields()
 
 
 def states_default(field: Field, text: str) -> bool:
@@ -58,13 +44,4 @@ def effective(environment: dict, name: str) -> str:
     value = environment.get(name) or ""
     if value or name not in FIELDS:
         return value
-    default = FIELDS[name].default
-    if default is None:
-        return ""
-    if isinstance(default, bool):
-        return "1" if default else "0"
-    if isinstance(default, tuple):
-        return ",".join(default)
-    if isinstance(default, float) and default.is_integer():
-        return str(int(default))
-    return str(default)
+    return settings_files.default_text(FIELDS[name])

@@ -20,7 +20,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from trainer import varlen_sdpa  # the CPU form's function: one definition for both
+from trainer.device import varlen_sdpa  # the CPU form's function: one definition for both
 
 
 def flash_attn_varlen_func(

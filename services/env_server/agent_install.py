@@ -46,16 +46,25 @@ _VERSION_CMD = f'{_AGENT_PYTHON}; "$py" -c \'import minisweagent; print("mini-sw
 
 MODEL_MODULE = Path(__file__).with_name("asyncgrpo_chat_model.py")
 MODEL_CLASS = "asyncgrpo_chat_model.CaptureChatModel"
-SANDBOX_MODEL_FILE = "/tmp/asyncgrpo_chat_model.py"
 # Exit status of the install command when the task image has no mini-swe-agent (preinstalled mode's refusal).
 _NO_AGENT = 3
-# Into the site-packages of the Python that runs mini-swe-agent (a venv, or uv's tool venv online), where
-# `--model-class` imports it from; a fresh sandbox has no .pyc for it, so Python writes none there either way.
-_INSTALL_MODEL_CMD = (
-    f"command -v mini-swe-agent >/dev/null || exit {_NO_AGENT}; {_AGENT_PYTHON} && "
-    'site=$("$py" -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\') && '
-    f'install -m 0644 {SANDBOX_MODEL_FILE} "$site/{MODEL_MODULE.name}" && rm -f {SANDBOX_MODEL_FILE}'
-)
+# The file travels inside the install command, as a quoted here-document (the shell expands nothing in it), not by
+# an upload and then a command: each is a round trip per rollout (`docker compose cp` then `exec` on docker, two
+# API calls on E2B), and the upload was the costlier one. 16 kB is far below any exec's argument limit (128 kB).
+_EOF = "ASYNCGRPO_CHAT_MODEL_EOF"
+
+
+def install_model_cmd() -> str:
+    """Into the site-packages of the Python that runs mini-swe-agent (a venv, or uv's tool venv online), where
+    `--model-class` imports it from; a fresh sandbox has no .pyc for it, so Python writes none there either way."""
+    source = MODEL_MODULE.read_text()
+    if _EOF in source or not source.endswith("\n"):
+        raise RuntimeError(f"{MODEL_MODULE.name} must end with a newline and not contain {_EOF}")
+    return (
+        f"command -v mini-swe-agent >/dev/null || exit {_NO_AGENT}; {_AGENT_PYTHON} && "
+        'site=$("$py" -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\') && '
+        f'cat > "$site/{MODEL_MODULE.name}" <<\'{_EOF}\' && chmod 0644 "$site/{MODEL_MODULE.name}"\n{source}{_EOF}\n'
+    )
 
 
 class CaptureModelMixin:
@@ -66,8 +75,7 @@ class CaptureModelMixin:
         return " ".join(filter(None, (super().build_cli_flags(), f"--model-class {MODEL_CLASS}")))  # type: ignore[misc]
 
     async def install_chat_model(self, environment: Any, *, user: str | None = "root", prefix: str = "") -> Any:
-        await environment.upload_file(source_path=MODEL_MODULE, target_path=SANDBOX_MODEL_FILE)
-        return await environment.exec(command=f"set -o pipefail; {prefix}{_INSTALL_MODEL_CMD}", user=user)
+        return await environment.exec(command=f"set -o pipefail; {prefix}{install_model_cmd()}", user=user)
 
 
 def _install_failed(result: Any) -> RuntimeError:

@@ -20,8 +20,7 @@ from stack import datasets as task_check
 from stack import fields, handoff, mountinfo
 from stack.backends import SANDBOXES
 from stack.facts import DEFAULT_DATASET
-
-from .settings import REMOTE_TASKS_OK_PHRASE, EnvError, Settings
+from stack.readers.env_server import REMOTE_TASKS_OK_PHRASE, EnvError, Settings
 
 # --- datasets -------------------------------------------------------------------------------------
 

@@ -22,8 +22,7 @@ from stack import handoff
 from stack.backends import SANDBOXES
 from stack.endpoints import openai_base
 from stack.facts import LOOPBACK_HOSTS
-
-from .settings import EnvError, Settings
+from stack.readers.env_server import EnvError, Settings
 
 log = logging.getLogger("env_server")
 

@@ -27,20 +27,9 @@ from pathlib import Path
 
 from stack import space
 from stack.env import EnvError
+from stack.space import GB, folder_bytes, space_problem
 
 RESULT = "result.json"
-GB = 1024**3
-
-
-def folder_bytes(path: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def trial_folders(trials_dir: Path, prefix: str) -> tuple[list[tuple[float, str]], list[str]]:
@@ -59,24 +48,6 @@ def trial_folders(trials_dir: Path, prefix: str) -> tuple[list[tuple[float, str]
             unfinished.append(entry.name)
     finished.sort()
     return finished, unfinished
-
-
-def space_problem(trials_dir: str, max_gb: float, free_bytes: int, held_bytes: int = 0) -> str | None:
-    """Why the disk at `trials_dir` cannot keep the TRIALS_MAX_GB the settings promise (one line naming the fix),
-    or None. `held_bytes`: what finished trial folders there already hold (they count toward the cap)."""
-    if not max_gb:
-        return None  # no size cap: nothing promised (TRIALS_KEEP alone bounds the folders)
-    need = max_gb * GB - held_bytes
-    if free_bytes >= need:
-        return None
-    held = f", with {held_bytes / GB:.1f} GB already held by finished trial folders" if held_bytes else ""
-    room = (free_bytes + held_bytes) / GB
-    lower = f"lower TRIALS_MAX_GB to at most {room:.1f}, " if room >= 0.1 else ""
-    return (
-        f"TRIALS_MAX_GB={max_gb:g} lets trial folders grow to {max_gb:g} GB in {trials_dir}, but only "
-        f"{free_bytes / GB:.1f} GB is free there{held}: free space on that disk, {lower}or set TRIALS_DIR to a "
-        "folder on a larger disk"
-    )
 
 
 class Retention:

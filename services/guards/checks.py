@@ -348,15 +348,14 @@ def check_trials_disk(env, probes):
     and the env server's own start checks the node's disk."""
     if cluster.on_kubernetes(env):
         return None
-    from env_server.settings import FIELDS as ENV_SERVER_FIELDS
-    from env_server.trials import folder_bytes, space_problem
+    from stack.readers.env_server import FIELDS as ENV_SERVER_FIELDS
 
     read = Env(env.env, collect=True)  # a bad value is env-server-settings' line; its default is checked here
     trials_dir = read.get(ENV_SERVER_FIELDS["TRIALS_DIR"])
     max_gb = read.get(ENV_SERVER_FIELDS["TRIALS_MAX_GB"])
     free = (probes.free_bytes or space.free_bytes_at)(trials_dir)
-    held = folder_bytes(trials_dir) if os.path.isdir(trials_dir) else 0
-    return space_problem(trials_dir, max_gb, free, held)
+    held = space.folder_bytes(trials_dir) if os.path.isdir(trials_dir) else 0
+    return space.space_problem(trials_dir, max_gb, free, held)
 
 
 def check_tunnel(env, probes):
@@ -398,9 +397,9 @@ def check_trainer_settings(env, probes):
 
 def check_env_server_settings(env, probes):
     """Every env-server setting (the capture port's CAPTURE_*, TASK_ENV_ALLOW, DIRECT_URL, ...), one line each,
-    from env-server's own reader (env_server/settings.py): otherwise they are refused only when env-server
+    from env-server's own reader (stack/readers/env_server.py): otherwise they are refused only when env-server
     starts, after preflight said the stack was fine."""
-    from env_server.settings import Settings as EnvServerSettings
+    from stack.readers.env_server import Settings as EnvServerSettings
 
     EnvServerSettings.from_env(env.env)  # EnvError: its lines are the findings
     return None
@@ -408,8 +407,8 @@ def check_env_server_settings(env, probes):
 
 def check_tunnel_settings(env, probes):
     """tunnel-check's settings (TUNNEL_CHECK_*, DIRECT_URL, TUNNEL_HOSTNAME, ...), every bad one a line, from its
-    own reader (tunnel_check/settings.py)."""
-    from tunnel_check import settings as tunnel_settings
+    own reader (stack/readers/tunnel_check.py)."""
+    from stack.readers import tunnel_check as tunnel_settings
 
     # Values preflight's own fields already refused (the ports, TUNNEL_PROVIDER) read as their defaults here: their
     # line is preflight's (with its default), not tunnel-check's wording of it again.
@@ -423,9 +422,9 @@ def check_tunnel_settings(env, probes):
 
 
 def check_trainer_healthcheck(env, probes):
-    """TRAINER_STALE_S, from the trainer healthcheck's own field (trainer/healthcheck.py): a bad value would
+    """TRAINER_STALE_S, from the trainer healthcheck's own field (trainer/watch/healthcheck.py): a bad value would
     otherwise only show as an unhealthy trainer once it runs."""
-    from trainer import healthcheck
+    from trainer.watch import healthcheck
 
     read = Env(env.env, collect=True)
     read.get(healthcheck.STALE_S)
@@ -434,20 +433,20 @@ def check_trainer_healthcheck(env, probes):
 
 def check_stop_rules(env, probes):
     """The stop rules' thresholds and window (STOP_*), one line each, from the trainer's own reader
-    (trainer/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
-    from trainer import stop_rules
+    (trainer/watch/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
+    from trainer.watch import stop_rules
 
     return stop_rules.problems(env) or None
 
 
 def check_report_to(env, probes):
-    """REPORT_TO=wandb without its key: the trainer would refuse at start (trainer/reporting.py). A REPORT_TO
+    """REPORT_TO=wandb without its key: the trainer would refuse at start (trainer/report/reporting.py). A REPORT_TO
     outside the choices is trainer-settings' line, not this one's.
 
     The key is a secret of the trainer alone: preflight is told only whether it is set (WANDB_API_KEY_SET,
     empty when not). Where neither variable exists at all, this process cannot know, and says nothing: the
     trainer, which holds the key, refuses with the same line."""
-    from trainer import reporting
+    from trainer.report import reporting
 
     if "WANDB_API_KEY" not in env and reporting.KEY_SET not in env:
         return None
@@ -488,12 +487,12 @@ def visible_gpus() -> tuple[int, str]:
 
 
 def check_hub_access(env, probes):
-    """HUB_MODEL_ID set: the token can write it (trainer/hub_access.py). Trainer phase only: HUB_TOKEN is a
+    """HUB_MODEL_ID set: the token can write it (trainer/hub/hub_access.py). Trainer phase only: HUB_TOKEN is a
     secret of the trainer alone. A malformed HUB_MODEL_ID is trainer-settings' line (it reads as empty here)."""
     settings, _problems = env.trainer()
     if not settings.hub.model_id:
         return None
-    from trainer import hub_access
+    from trainer.hub import hub_access
 
     return hub_access.problem(settings.hub)
 
@@ -560,7 +559,7 @@ def check_stop_grace(env, probes):
         return None if not raw else f"ENV_SERVER_STOP_GRACE={raw!r} is not a Docker duration: set it like 90s or 2m"
     h, m, sec = (float(g or 0) for g in match.groups())
     stop_s = h * 3600 + m * 60 + sec
-    from env_server.settings import FIELDS as ENV_SERVER_FIELDS
+    from stack.readers.env_server import FIELDS as ENV_SERVER_FIELDS
 
     grace = Env(env.env, collect=True).get(ENV_SERVER_FIELDS["ENV_SERVER_SHUTDOWN_GRACE_S"])
     if grace >= stop_s:

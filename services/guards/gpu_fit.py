@@ -1,5 +1,5 @@
 """The GPU guards that depend on the form: how many GPUs (two-GPU form, or one GPU through WEIGHT_TRANSFER=ipc),
-and, on one GPU, whether engine and trainer fit on it together (trainer/gpu_share.py has the arithmetic).
+and, on one GPU, whether engine and trainer fit on it together (trainer/device/gpu_share.py has the arithmetic).
 
 The form is the weight transfer's (stack/backends.py): NCCL cannot put the engine's rank and the trainer's on one
 device, so `nccl` needs a GPU each; `ipc` (compose.one-gpu.yaml) shares GPU 0.
@@ -94,7 +94,7 @@ def gpu0_memory_gib() -> tuple[float | None, str]:
 def engine_fraction(env) -> float | None:
     """ENGINE_GPU_MEMORY_UTILIZATION as the engine will read it; None when unset (the engine's default applies).
     A value that is not a number is the engine launcher's own refusal."""
-    raw = (env.env.get("ENGINE_GPU_MEMORY_UTILIZATION") or "").strip()
+    raw = env.read.as_given("ENGINE_GPU_MEMORY_UTILIZATION").strip()
     try:
         return float(raw) if raw else None
     except ValueError:
@@ -104,7 +104,7 @@ def engine_fraction(env) -> float | None:
 def check_one_gpu_fit(env, probes):
     """On one GPU: model + KV cache + trainer fit the card, and ENGINE_GPU_MEMORY_UTILIZATION leaves the trainer
     its measured need. One line with the numbers, and the derived fraction to set."""
-    from trainer import gpu_share, limits, precision
+    from trainer.device import gpu_share, limits, precision
 
     if env.checked("REQUIRED_GPUS") == 0 or not _transfer(env).same_gpu:
         return None

@@ -193,6 +193,27 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
     # Length of a command the model writes itself off script (CPU time; the command is noise anyway).
     MAX_COMMAND_TOKENS = 40
 
+    def _envelope(id_prefix: str, kind: str, choices: list, prompt_tokens: int, total_out: int, **top) -> dict:
+        """vLLM's response around the choices, in its key order; `top` is what the chat route adds at the top level
+        (its prompt token ids), placed where vLLM places it."""
+        return {
+            "id": f"{id_prefix}-{uuid.uuid4().hex}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": settings.served_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "total_tokens": prompt_tokens + total_out,
+                "completion_tokens": total_out,
+                "prompt_tokens_details": None,
+            },
+            **top,
+            "kv_transfer_params": None,
+        }
+
     @app.post("/v1/chat/completions")
     def chat(body: dict):
         _guard(body)
@@ -282,24 +303,15 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                 }
                 choices.append(choice)
         _, prompt_on = _ids_fields(f, bool(body.get("return_token_ids")))
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": settings.served_name,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": None,
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "total_tokens": len(prompt_ids) + total_out,
-                "completion_tokens": total_out,
-                "prompt_tokens_details": None,
-            },
-            "prompt_logprobs": None,
-            "prompt_token_ids": prompt_ids if prompt_on else None,
-            "kv_transfer_params": None,
-        }
+        return _envelope(
+            "chatcmpl",
+            "chat.completion",
+            choices,
+            len(prompt_ids),
+            total_out,
+            prompt_logprobs=None,
+            prompt_token_ids=prompt_ids if prompt_on else None,
+        )
 
     def _as_vllm_renders(messages: list) -> list:
         """What vLLM 0.31 hands the template (engine/chain.py: None content as "", arguments as a dict)."""
@@ -384,22 +396,7 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
                         "prompt_token_ids": prompt_ids if prompt_on else None,
                     }
                 )
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": settings.served_name,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": None,
-            "usage": {
-                "prompt_tokens": len(prompt_ids),
-                "total_tokens": len(prompt_ids) + total_out,
-                "completion_tokens": total_out,
-                "prompt_tokens_details": None,
-            },
-            "kv_transfer_params": None,
-        }
+        return _envelope("cmpl", "text_completion", choices, len(prompt_ids), total_out)
 
     @app.post("/tokenize")
     def tokenize(body: dict):

@@ -51,6 +51,22 @@ class TunnelProvider:
     compose_profile: str = ""
     # tunnel_check.discover.Discovery's method that finds the public URL.
     discovery: str = ""
+    # A tunnel the capture proxy is published through, reaching it on loopback ("direct": the sandbox reaches the
+    # proxy's own address, so CAPTURE_HOST may be any address and no tunnel stands in front of it).
+    via_tunnel: bool = True
+    # The proxy's URL is the operator's DIRECT_URL, not one a tunnel announces.
+    needs_direct_url: bool = False
+    # TUNNEL_TOKEN + TUNNEL_HOSTNAME make it a named tunnel served at https://<hostname>; else a quick tunnel.
+    named_by_hostname: bool = False
+    # A quick tunnel's URL and the tunnel's own state are read from its metrics server (TUNNEL_METRICS_PORT) or its
+    # log file (TUNNEL_LOG): at least one is needed, and both feed a failed check's hint.
+    reports_through_metrics_or_log: bool = False
+
+    def mode(self, named: bool) -> str:
+        """The provider as the hand-off records it: cloudflared-quick, cloudflared-named, gradio, direct."""
+        if not self.named_by_hostname:
+            return self.name
+        return f"{self.name}-named" if named else f"{self.name}-quick"
 
 
 class Registry:
@@ -119,8 +135,25 @@ class WeightTransfer:
     engine_backend: str = ""
     # Engine and trainer on one GPU (the one-GPU form, compose.one-gpu.yaml); NCCL cannot put both ranks on one.
     same_gpu: bool = False
-    # The engine must unpickle what the trainer sends (VLLM_ALLOW_INSECURE_SERIALIZATION=1): README "One GPU".
+    # The engine must unpickle what the trainer sends (VLLM_ALLOW_INSECURE_SERIALIZATION=1): docs/ONE-GPU.md.
     insecure_serialization: bool = False
+    # The engine is vLLM, which serves bfloat16: float32 weights train under bfloat16 autocast (trainer/device/precision.py).
+    # The mock engine serves float32, so its form computes in the weights' own dtype.
+    serves_bfloat16: bool = False
+    # The engine route that reports which weight version it serves ("": the engine has none, e.g. vLLM), polled by
+    # the trainer after every push (trainer/transfer/weights.py ServedVersion).
+    version_route: str = ""
+    # The transport as the first sync's line names it, then the variables that decide it, as set.
+    transport: str = ""
+    transport_vars: tuple[str, ...] = ()
+    # Runs over an NCCL group, whose own init lines (NCCL_DEBUG) follow the first sync's line.
+    nccl_group: bool = False
+    # "module:function", (env) -> the advice line after a failed first sync; "": look at the engine's log.
+    advice: str = ""
+    # Where this transfer runs: the compose form the resume steps name (trainer/watch/engine_gone.py).
+    compose_form: str = "compose"
+    # The CPU form's transfer: the trainer is set up for a CPU (trainer/device/cpu_form.py) and the worker knows it.
+    cpu_form: bool = False
 
 
 WEIGHT_TRANSFERS = Registry(
@@ -132,6 +165,11 @@ WEIGHT_TRANSFERS = Registry(
         requires="vllm",
         missing="build the trainer image FROM the vLLM image; the CPU form sets WEIGHT_TRANSFER=mock",
         engine_backend="nccl",
+        serves_bfloat16=True,
+        # What decides the NCCL transport and rendezvous; compose sets them identically on both containers.
+        transport_vars=("NCCL_P2P_DISABLE", "NCCL_CUMEM_ENABLE", "VLLM_HOST_IP", "NCCL_SOCKET_IFNAME"),
+        nccl_group=True,
+        advice="trainer.transfer.weights:nccl_advice",
     ),
     # vLLM's CUDA-IPC weight transfer (vllm/distributed/weight_transfer/ipc_engine.py): the trainer shares its GPU
     # memory handles with the engine on the same device, the one-GPU form. The handles travel pickled over HTTP.
@@ -140,10 +178,16 @@ WEIGHT_TRANSFERS = Registry(
         "vLLM's CUDA-IPC weight transfer, engine and trainer on one GPU",
         requires="vllm",
         missing="build the trainer image FROM the vLLM image; the CPU form sets WEIGHT_TRANSFER=mock",
-        client="trainer.ipc_transfer:IPCWeightTransfer",
+        client="trainer.transfer.ipc_transfer:IPCWeightTransfer",
         engine_backend="ipc",
         same_gpu=True,
         insecure_serialization=True,
+        serves_bfloat16=True,
+        # What decides whether the engine can open the trainer's CUDA IPC handles.
+        transport="CUDA IPC on one GPU",
+        transport_vars=("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF"),
+        advice="trainer.transfer.weights:ipc_advice",
+        compose_form="compose-one-gpu",
     ),
     # Named, not imported: the GPU trainer image does not carry the CPU form's mock engine.
     WeightTransfer(
@@ -152,6 +196,10 @@ WEIGHT_TRANSFERS = Registry(
         requires="mock_engine.weight_client",
         missing="the CPU trainer image is built FROM the mock-engine image; on GPU use WEIGHT_TRANSFER=nccl",
         client="mock_engine.weight_client:MockWeightTransfer",
+        transport="mock (the mock engine's HTTP backend)",
+        version_route="/mock/weight_manifest",
+        compose_form="compose-cpu",
+        cpu_form=True,
     ),
 )
 
@@ -163,9 +211,17 @@ TUNNEL_PROVIDERS = Registry(
         "a quick tunnel, or a named one with TUNNEL_TOKEN + TUNNEL_HOSTNAME",
         compose_profile="cloudflared",
         discovery="cloudflared",
+        named_by_hostname=True,
+        reports_through_metrics_or_log=True,
     ),
     TunnelProvider("gradio", "OpenEnv's share link", discovery="gradio"),
-    TunnelProvider("direct", "DIRECT_URL the sandbox can already route to", discovery="direct"),
+    TunnelProvider(
+        "direct",
+        "DIRECT_URL the sandbox can already route to",
+        discovery="direct",
+        via_tunnel=False,
+        needs_direct_url=True,
+    ),
     # OpenEnv's make_forwarder spells cloudflared this way; accepted, recorded under our spelling.
     aliases={"cloudflare": "cloudflared"},
 )

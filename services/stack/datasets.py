@@ -1,5 +1,5 @@
 """One check of a dataset's task folders, shared by env-server (every task it would serve), preflight and
-`trainer.screen` (the local dataset folders they can see): a task is served only when Harbor can run and
+`trainer.evaluation.screen` (the local dataset folders they can see): a task is served only when Harbor can run and
 score it, and only its own files reach a sandbox.
 
 A task passes when: its folder and every link in it stay inside the dataset (a link to /etc would be
@@ -118,7 +118,7 @@ def is_local(spec: str) -> bool:
 
 
 def check_visible(specs: Iterable[str], max_chars: int, resolve: Callable[[str], list[Path]]) -> list[str]:
-    """For preflight and `trainer.screen`, which run where env-server's folders may not be mounted: the lines
+    """For preflight and `trainer.evaluation.screen`, which run where env-server's folders may not be mounted: the lines
     for the local dataset folders visible here (env-server checks every dataset again, and all of them)."""
     lines: list[str] = []
     for spec in specs:

@@ -7,8 +7,9 @@ breaks one of them whenever a value is copied between them.
 from __future__ import annotations
 
 from .env import Env, Field
+from .facts import DEFAULT_PORTS
 
-DEFAULT_ENGINE_URL = "http://127.0.0.1:8001"
+DEFAULT_ENGINE_URL = f"http://127.0.0.1:{DEFAULT_PORTS['ENGINE_PORT']}"
 OPENAI_PATH = "/v1"
 ENGINE_URL = Field("ENGINE_URL", "url", DEFAULT_ENGINE_URL, "the engine's root; /v1 is added where the API is called")
 

@@ -6,8 +6,9 @@ the same way: ONE line that names the variable, the value it had, and what to se
     value = env.get(FIELDS["MAX_STEPS"])     # a declared field: its type, bounds, default and fix text
 
 Each setting is declared once as a `Field` in its service's table (`Table`): that field is the only place
-its default is written. compose passes names through (`X: ${X:-}`) and `.env.example` is tested against
-the tables (tests/unit/test_settings_tables.py).
+its default is written. compose passes names through (`X: ${X:-}`); `.env.example`'s value and `#>` lines
+and the chart schema's descriptions, bounds and enums are written from the tables by scripts/settings_files.py
+(tests/unit/test_settings_files.py checks they are current).
 
 Unset and empty are the same thing (compose passes `${X:-}` as an empty string): both mean the default.
 A reader that collects returns the default for a bad value, so the caller can keep reading.
@@ -172,6 +173,44 @@ class Table:
     def __contains__(self, name: object) -> bool:
         return name in self.fields
 
+    # -- a settings object built from the table --------------------------------------------------------------
+    # A service holds each of its settings as an attribute named after the variable (lowercased) unless the
+    # service says otherwise, so a new plain setting is one row in the table plus its use: no attribute and no
+    # `get` to add by hand. `renamed` gives an attribute its own name; `apart` lists the rows not held (a secret,
+    # an opt-out that only a rule reads, a row folded into another's value).
+    def attributes(self, renamed: Mapping[str, str] | None = None, apart: Iterable[str] = ()) -> list[tuple]:
+        """`dataclasses.make_dataclass`'s fields: (attribute, type, field(default=the row's default))."""
+        import dataclasses
+
+        held = self._held(renamed, apart)
+        return [(attr, Any, dataclasses.field(default=self.fields[name].default)) for name, attr in held]
+
+    def read_all(
+        self,
+        read: Env,
+        renamed: Mapping[str, str] | None = None,
+        apart: Iterable[str] = (),
+        given: Mapping[str, Any] | None = None,
+    ) -> dict:
+        """Every held row by attribute, in the table's order: read through `read`, or, for a row in `given`, the
+        service's own value (a callable is called at the row's turn, so refusals keep the table's order)."""
+        given = dict(given or {})
+        unknown = set(given) - set(self.fields)
+        if unknown:
+            raise ValueError(f"not in this table: {', '.join(sorted(unknown))}")
+        out = {}
+        for name, attr in self._held(renamed, apart):
+            value = given[name] if name in given else read.get(self.fields[name])
+            out[attr] = value() if callable(value) else value
+        return out
+
+    def _held(self, renamed: Mapping[str, str] | None, apart: Iterable[str]) -> list[tuple[str, str]]:
+        renamed, apart = dict(renamed or {}), set(apart)
+        unknown = (set(renamed) | apart) - set(self.fields)
+        if unknown:
+            raise ValueError(f"not in this table: {', '.join(sorted(unknown))}")
+        return [(name, renamed.get(name, name.lower())) for name in self.fields if name not in apart]
+
 
 class Env:
     def __init__(self, env: Mapping[str, str] | None = None, *, collect: bool = False) -> None:
@@ -216,6 +255,22 @@ class Env:
     def get(self, field: Field, default: Any = _UNSET) -> Any:
         """A declared field, read with its own type, bounds and fix text (`default` for derived ones)."""
         return field.read(self, default)
+
+    # -- what the operator wrote, whatever its reader made of it ---------------------------------------------
+    # A rule that asks "did the operator say anything?" must not take a refused value (read as its default) for
+    # silence: that would add a second, wrong line about the same setting.
+    def is_set(self, field: Field | str) -> bool:
+        """The variable holds something other than blanks (a value its reader refused included)."""
+        return bool(self.as_given(field).strip())
+
+    def is_given(self, field: Field | str) -> bool:
+        """The variable is in the environment at all: compose's `${X:-}` gives it empty, which says "none"."""
+        return (field if isinstance(field, str) else field.name) in self.env
+
+    def as_given(self, field: Field | str) -> str:
+        """The value exactly as the environment holds it ("" when unset): for a reader of its own that must see
+        what `raw` strips or refuses (a line break inside a list, say)."""
+        return self.env.get(field if isinstance(field, str) else field.name) or ""
 
     @staticmethod
     def _default(default: object) -> str:

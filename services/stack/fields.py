@@ -1,6 +1,6 @@
 """The settings more than one service reads, each declared once: name, type, bounds, default, doc, fix.
 
-A service's own table (trainer/config.py, env_server/settings.py, tunnel_check/settings.py,
+A service's own table (trainer/config.py, stack/readers/env_server.py, stack/readers/tunnel_check.py,
 engine/command.py, guards/checks.py, ...) includes the ones it reads from here, so preflight and the
 service refuse a value with the same line. Standard library only, like the rest of `stack`.
 """

@@ -59,7 +59,7 @@ def forking(training: dict) -> str:
 
     line = f"forked {pct(fork)} of turn transitions, {pct(rollouts)} of rollouts"
     if training.get("retry_frac") is not None:
-        # The agent's format-error retries (trainer/retries.py): forks by design, counted in neither figure above.
+        # The agent's format-error retries (trainer/rollouts/retries.py): forks by design, counted in neither figure above.
         line += f"; {pct(training['retry_frac'])} of multi-turn rollouts retried a rejected reply"
     if (fork or 0) > 0 or (rollouts or 0) > 0:
         line += "  (FORKING: re-rendered prompts; stop rule STOP_FORKING_FRAC reads the transitions)"
@@ -73,7 +73,7 @@ def stale(training: dict) -> str:
 
 
 def mismatch(training: dict) -> str:
-    """The engine-vs-trainer logprob mismatch of the last step (status.json, trainer/mismatch.py): the mean KL that
+    """The engine-vs-trainer logprob mismatch of the last step (status.json, trainer/watch/mismatch.py): the mean KL that
     STOP_MISMATCH_KL reads, the worst token's gap, and the staleness that tells policy drift from a defect."""
     kl, worst, stale = (training.get(k) for k in ("mismatch_kl", "logprob_absdiff_max", "staleness_mean"))
 

@@ -348,8 +348,8 @@ def _eval(doc: dict | None) -> str:
 
 
 def eval_and_hub_lines(tr: dict) -> list[str]:
-    """Evaluation (baseline and latest periodic) and Hub publishing, from status.json (trainer/eval_callback.py,
-    trainer/publish.py); nothing when neither is configured."""
+    """Evaluation (baseline and latest periodic) and Hub publishing, from status.json (trainer/evaluation/eval_callback.py,
+    trainer/hub/publish.py); nothing when neither is configured."""
     lines = []
     if tr.get("eval") or tr.get("eval_baseline") or tr.get("eval_state"):
         lines.append(

@@ -8,11 +8,12 @@ import sys
 
 from stack.env import EnvError
 
-from . import reporting, stop
 from .config import from_env
-from .stop_rules import from_env as stop_rules_from_env
+from .report import reporting
 from .train import run
 from .train_script import TrainScriptError, materialize, resolve
+from .watch import stop
+from .watch.stop_rules import from_env as stop_rules_from_env
 
 
 def main() -> int:

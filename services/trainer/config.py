@@ -12,7 +12,7 @@ import re
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 
 from stack import fields, names
@@ -40,7 +40,7 @@ def _splits(value: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """EVAL_*: the held-out evaluation, periodic (EVAL_STEPS) and standalone (`python -m trainer.evaluate`)."""
+    """EVAL_*: the held-out evaluation, periodic (EVAL_STEPS) and standalone (`python -m trainer.evaluation.evaluate`)."""
 
     steps: int = 0  # 0: no periodic evaluation during training
     datasets: tuple[str, ...] = ()  # split names as the env server lists them (its DATASETS + EVAL_DATASETS)
@@ -72,78 +72,6 @@ class HubSettings:
     final_wait_s: float = 1800.0  # how long the trainer waits at exit for the final push
 
 
-@dataclass
-class Settings:
-    model: str
-    engine_url: str  # the engine's root (weight sync, /health); rollouts get its OpenAI base (llm_url)
-    env_server_url: str
-    harness: str
-    sandbox: str
-    agent_step_limit: int
-    agent_timeout_s: float
-    reward_key: str
-    tool_efficiency_bonus: float
-    max_steps: int
-    num_generations: int
-    max_inflight_rollouts: int
-    learning_rate: float
-    temperature: float
-    max_completion_tokens: int
-    token_budget: int
-    per_device_train_batch_size: int
-    gradient_accumulation_steps: int
-    save_steps: int
-    save_total_limit: int
-    report_to: str
-    weight_transfer: str
-    bucket_dir: str
-    run_name: str
-    run_name_explicit: bool
-    train_script: str
-    dtype: str
-    checkpoint_root_override: str = ""
-    # TRL's max_staleness; None: derived from the batch shape (trainer/staleness.py)
-    max_staleness: int | None = None
-    # TRL's weight_sync_timeout (and the mock backend's per-call timeout): a push that outlasts it means the engine
-    # is gone or hung (trainer/engine_gone.py stops the run with a checkpoint).
-    weight_sync_timeout_s: int = 300
-    # compose or kubernetes (stack/deployment.py): the resume steps a stopped run prints depend on it.
-    deployment: str = "compose"
-    engine_max_model_len: int = 32768
-    # Regional torch.compile of the decoder layers on GPU: 28-37% -> 34-37% MFU and 0.235 -> 0.184 GiB
-    # per 1k packed tokens on an H200 (docs/GPU-BENCHMARK.md).
-    compile_layers: bool = True
-    # --- evaluation, screening, Hub publishing (trainer/evaluate.py, screen.py, publish.py) ---
-    datasets: tuple[str, ...] = ()  # the splits trained on (DATASETS); empty means every split served
-    evaluation: EvalSettings = field(default_factory=EvalSettings)
-    hub: HubSettings = field(default_factory=HubSettings)
-    screened_tasks: str = ""
-
-    @property
-    def llm_url(self) -> str:
-        return openai_base(self.engine_url)
-
-    @property
-    def checkpoint_root(self) -> Path:
-        # Preflight refuses a CHECKPOINT_ROOT off the bucket.
-        return Path(self.checkpoint_root_override or Path(self.bucket_dir) / "checkpoints")
-
-    @property
-    def run_dir(self) -> Path:
-        return self.checkpoint_root / self.run_name
-
-    @property
-    def status_path(self) -> Path:
-        return self.run_dir / "status.json"
-
-    @property
-    def dashboard_dir(self) -> Path:
-        return Path(self.bucket_dir) / "dashboards"
-
-    def resume_from(self) -> Path | None:
-        return latest_checkpoint(self.run_dir) if self.run_name_explicit else None
-
-
 DTYPES = ("bfloat16", "float16", "float32")
 MAX_STEPS_BOUND = 1_000_000
 # Sampling temperature: above a few every token is noise (OpenAI's API stops at 2); 10 leaves room for experiments.
@@ -158,8 +86,9 @@ FIELDS = Table(
     # At the fastest step measured (8.7 s on an H200 with short rollouts, docs/GPU-STACK.md) a million steps is
     # three months of one run: a count above it can only be a typo.
     Field("MAX_STEPS", "integer", 200, "optimizer steps to train", minimum=1, maximum=MAX_STEPS_BOUND),
-    F.AGENT_STEP_LIMIT,
     F.RUN_NAME,
+    F.BUCKET_DIR,
+    F.CHECKPOINT_ROOT,
     Field(
         "NUM_GENERATIONS",
         "integer",
@@ -171,27 +100,10 @@ FIELDS = Table(
         fix_above="set it to at most 1024 (each rollout of a group is a paid sandbox; groups of 8-64 are usual)",
     ),
     F.WEIGHT_TRANSFER,
-    F.DEPLOYMENT,
-    # TRL 1.16.0's weight_sync_timeout (async_grpo_config.py; weight_transfer.py bounds the NCCL group's set-up, the
-    # transfer and its finalisation with it) defaults to 1800 s: a dead or hung engine held the GPUs idle for half
-    # an hour per push before anything said why. Measured (docs/GPU-STACK.md, DESIGN.md), a whole push of 2.8 GB
-    # takes 0.19-0.23 s (0.15-0.23 s of it the NCCL transfer, ~12 GB/s over shared memory): an 8B model in float32
-    # (32 GB) ~3 s, 70B in bfloat16 (140 GB) ~12 s, or ~2 minutes across pods on a 10 Gbit/s network. 300 s covers
-    # all of these, equals TRL's own bound on pause/resume (_CONTROL_TIMEOUT), and notices a lost engine in 5
-    # minutes. Below 10 s a first sync's group set-up could be cut; past TRL's 1800 s the bound is no bound.
-    Field(
-        "WEIGHT_SYNC_TIMEOUT_S",
-        "integer",
-        300,
-        "seconds a weight push (group set-up, transfer, finalisation) may take before the engine counts as lost",
-        fix="set it in 10-1800 seconds (a 2.8 GB push took 0.23 s; 300 notices a lost engine in 5 minutes)",
-        minimum=10,
-        maximum=1800,
-    ),
-    F.BUCKET_DIR,
     F.ENGINE_URL,
     F.ENV_SERVER_URL,
     F.SANDBOX,
+    F.AGENT_STEP_LIMIT,
     # A day: E2B's longest sandbox lifetime (24 h, Pro); a rollout past it has lost its sandbox anyway.
     Field("AGENT_TIMEOUT_S", "number", 900.0, "seconds the agent may run in its sandbox", above=0, maximum=86_400),
     Field("REWARD_KEY", "text", "", "which verifier reward is the training signal; empty: the task's main one"),
@@ -253,7 +165,7 @@ FIELDS = Table(
         "MAX_STALENESS",
         "text",
         "auto",
-        "TRL's max_staleness in optimizer steps; auto: 4 x the steps one group spans (trainer/staleness.py)",
+        "TRL's max_staleness in optimizer steps; auto: 4 x the steps one group spans (trainer/rollouts/staleness.py)",
         fix="set a whole number of optimizer steps >= 0, or auto (4 x the steps one group spans)",
     ),
     # 1024 micro-batches per optimizer step is already far past any GRPO recipe (1-16).
@@ -281,13 +193,29 @@ FIELDS = Table(
         "sizes it)",
     ),
     F.REPORT_TO,
+    # TRL 1.16.0's weight_sync_timeout (async_grpo_config.py; weight_transfer.py bounds the NCCL group's set-up, the
+    # transfer and its finalisation with it) defaults to 1800 s: a dead or hung engine held the GPUs idle for half
+    # an hour per push before anything said why. Measured (docs/GPU-STACK.md, DESIGN.md), a whole push of 2.8 GB
+    # takes 0.19-0.23 s (0.15-0.23 s of it the NCCL transfer, ~12 GB/s over shared memory): an 8B model in float32
+    # (32 GB) ~3 s, 70B in bfloat16 (140 GB) ~12 s, or ~2 minutes across pods on a 10 Gbit/s network. 300 s covers
+    # all of these, equals TRL's own bound on pause/resume (_CONTROL_TIMEOUT), and notices a lost engine in 5
+    # minutes. Below 10 s a first sync's group set-up could be cut; past TRL's 1800 s the bound is no bound.
+    Field(
+        "WEIGHT_SYNC_TIMEOUT_S",
+        "integer",
+        300,
+        "seconds a weight push (group set-up, transfer, finalisation) may take before the engine counts as lost",
+        fix="set it in 10-1800 seconds (a 2.8 GB push took 0.23 s; 300 notices a lost engine in 5 minutes)",
+        minimum=10,
+        maximum=1800,
+    ),
+    F.DEPLOYMENT,
     F.TRAIN_SCRIPT,
-    F.CHECKPOINT_ROOT,
     F.ENGINE_MAX_MODEL_LEN,
     Field("TRAINER_COMPILE_LAYERS", "flag", True, "regional torch.compile of the decoder layers on GPU"),
     F.DATASETS,
     Field("SCREENED_TASKS", "text", "", "train only on the tasks screening kept; empty: every task"),
-    # float32 weights and AdamW state in both forms; the GPU computes in bfloat16 (trainer/precision.py).
+    # float32 weights and AdamW state in both forms; the GPU computes in bfloat16 (trainer/device/precision.py).
     Field(
         "TRAIN_DTYPE",
         "choice",
@@ -340,8 +268,64 @@ FIELDS = Table(
 )
 
 
+# How the table's rows are held (Table.attributes): each as its lowercased name, but for these.
+RENAMED = {
+    "MAX_OUTPUT_TOKENS": "max_completion_tokens",
+    "CHECKPOINT_ROOT": "checkpoint_root_override",
+    "TRAINER_COMPILE_LAYERS": "compile_layers",
+}
+# Held in `evaluation` (EvalSettings, eval_from_env) and `hub` (HubSettings, hub_from_env), not as attributes; and
+# the two rows read after those (a refusal's lines come in the order they always came), held by hand below.
+READ_LAST = ("SCREENED_TASKS", "TRAIN_DTYPE")
+APART = READ_LAST + tuple(n for n in FIELDS.fields if n.startswith(("EVAL_", "HUB_")) or n == "HF_ENDPOINT")
+
+
+@dataclass
+class Settings(make_dataclass("TableSettings", FIELDS.attributes(RENAMED, APART))):
+    """One attribute per row of FIELDS (RENAMED, APART), and what the reader derives. Of note: `engine_url` is the
+    engine's root (weight sync, /health; rollouts get its OpenAI base, `llm_url`); `max_staleness` is TRL's (None:
+    derived from the batch shape, trainer/rollouts/staleness.py); `weight_sync_timeout_s` is TRL's weight_sync_timeout and
+    the mock backend's per-call timeout (a push that outlasts it means the engine is gone or hung:
+    trainer/watch/engine_gone.py stops the run with a checkpoint); `deployment` (stack/deployment.py) decides the resume
+    steps a stopped run prints; `compile_layers` is the regional torch.compile of the decoder layers on GPU (28-37%
+    -> 34-37% MFU and 0.235 -> 0.184 GiB per 1k packed tokens on an H200, docs/GPU-BENCHMARK.md); `datasets` are
+    the splits trained on (empty: every split served); `dtype` is the weights' and AdamW state's (float32 in both
+    forms, bfloat16 compute on the GPU: trainer/device/precision.py says why)."""
+
+    run_name_explicit: bool = False
+    screened_tasks: str = FIELDS["SCREENED_TASKS"].default
+    dtype: str = FIELDS["TRAIN_DTYPE"].default
+    # --- evaluation, screening, Hub publishing (trainer/evaluation/evaluate.py, screen.py; trainer/hub/publish.py) ---
+    evaluation: EvalSettings = field(default_factory=EvalSettings)
+    hub: HubSettings = field(default_factory=HubSettings)
+
+    @property
+    def llm_url(self) -> str:
+        return openai_base(self.engine_url)
+
+    @property
+    def checkpoint_root(self) -> Path:
+        # Preflight refuses a CHECKPOINT_ROOT off the bucket.
+        return Path(self.checkpoint_root_override or Path(self.bucket_dir) / "checkpoints")
+
+    @property
+    def run_dir(self) -> Path:
+        return self.checkpoint_root / self.run_name
+
+    @property
+    def status_path(self) -> Path:
+        return self.run_dir / "status.json"
+
+    @property
+    def dashboard_dir(self) -> Path:
+        return Path(self.bucket_dir) / "dashboards"
+
+    def resume_from(self) -> Path | None:
+        return latest_checkpoint(self.run_dir) if self.run_name_explicit else None
+
+
 def _max_staleness(r: Env, raw: str) -> int | None:
-    """None for auto (derived from the batch shape at start, trainer/staleness.py), else the whole number."""
+    """None for auto (derived from the batch shape at start, trainer/rollouts/staleness.py), else the whole number."""
     if raw.strip().lower() == "auto":
         return None
     if raw.strip().isdigit() and int(raw.strip()) <= MAX_STEPS_BOUND:
@@ -377,44 +361,27 @@ def read(env: Mapping[str, str] | None = None) -> tuple[Settings, list[str]]:
     num_generations = get("NUM_GENERATIONS")
     weight_transfer = get("WEIGHT_TRANSFER")
     settings = Settings(
-        model=model,
-        engine_url=read_engine_url(r),
-        env_server_url=get("ENV_SERVER_URL"),
-        harness=harness,
-        sandbox=get("SANDBOX"),
-        agent_step_limit=get("AGENT_STEP_LIMIT"),
-        agent_timeout_s=get("AGENT_TIMEOUT_S"),
-        reward_key=get("REWARD_KEY"),
-        tool_efficiency_bonus=get("TOOL_EFFICIENCY_BONUS"),
-        max_steps=max_steps,
-        num_generations=num_generations,
-        max_inflight_rollouts=get("MAX_INFLIGHT_ROLLOUTS"),
-        learning_rate=get("LEARNING_RATE"),
-        temperature=get("TEMPERATURE"),
-        max_completion_tokens=get("MAX_OUTPUT_TOKENS"),
-        token_budget=get("TOKEN_BUDGET"),
-        per_device_train_batch_size=get("PER_DEVICE_TRAIN_BATCH_SIZE", num_generations),
-        max_staleness=_max_staleness(r, get("MAX_STALENESS")),
-        gradient_accumulation_steps=get("GRADIENT_ACCUMULATION_STEPS"),
-        save_steps=get("SAVE_STEPS"),
-        save_total_limit=get("SAVE_TOTAL_LIMIT"),
-        report_to=get("REPORT_TO"),
-        weight_transfer=weight_transfer,
-        weight_sync_timeout_s=get("WEIGHT_SYNC_TIMEOUT_S"),
-        deployment=get("DEPLOYMENT"),
-        bucket_dir=bucket_dir,
-        run_name=explicit or fresh_run_name(model, harness, max_steps),
+        **FIELDS.read_all(
+            r,
+            RENAMED,
+            APART,
+            given={
+                "MODEL": model,
+                "HARNESS": harness,
+                "MAX_STEPS": max_steps,
+                "RUN_NAME": explicit or fresh_run_name(model, harness, max_steps),
+                "NUM_GENERATIONS": num_generations,
+                "WEIGHT_TRANSFER": weight_transfer,
+                "BUCKET_DIR": bucket_dir,
+                "ENGINE_URL": lambda: read_engine_url(r),
+                "PER_DEVICE_TRAIN_BATCH_SIZE": lambda: get("PER_DEVICE_TRAIN_BATCH_SIZE", num_generations),
+                "MAX_STALENESS": lambda: _max_staleness(r, get("MAX_STALENESS")),
+            },
+        ),
         run_name_explicit=bool(explicit),
-        train_script=get("TRAIN_SCRIPT"),
-        checkpoint_root_override=get("CHECKPOINT_ROOT"),
-        engine_max_model_len=get("ENGINE_MAX_MODEL_LEN"),
-        compile_layers=get("TRAINER_COMPILE_LAYERS"),
-        datasets=get("DATASETS"),
         evaluation=eval_from_env(r, bucket_dir),
         hub=hub_from_env(r),
         screened_tasks=get("SCREENED_TASKS"),
-        # The weights' and AdamW state's dtype: float32 in both forms, bfloat16 compute on the GPU
-        # (trainer/precision.py says why: bfloat16 weights do not move at LEARNING_RATE=1e-6).
         dtype=get("TRAIN_DTYPE"),
     )
     if settings.max_completion_tokens >= settings.engine_max_model_len:

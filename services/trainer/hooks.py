@@ -2,7 +2,7 @@
 
 `check` runs before the warm-up rollout, so a bad EVAL_* or SCREENED_TASKS setting stops the run before
 anything is paid for; `install` puts the callbacks in place once the trainer exists, the learning curve's
-(trainer/curve.py) last of all.
+(trainer/report/curve.py) last of all.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .curve_callback import CurveCallback
-from .eval_callback import PeriodicEval, status_summary
-from .evaluate import select_tasks
-from .hub_callback import HubPublish
+from .evaluation.eval_callback import PeriodicEval, status_summary
+from .evaluation.evaluate import select_tasks
+from .hub.hub_callback import HubPublish
+from .report.curve_callback import CurveCallback
 
 
 def check(s: Any, rows: list[dict], status: Any) -> None:
@@ -31,7 +31,9 @@ def check(s: Any, rows: list[dict], status: Any) -> None:
 def install(trainer: Any, s: Any, runner: Any, rows: list[dict], status: Any) -> None:
     if s.evaluation.steps > 0:
         # First, so the loggers after it see the eval/* keys in the same logs dict (eval_callback.py).
-        trainer.callback_handler.callbacks.insert(0, PeriodicEval(runner, rows, s, status))
+        trainer.callback_handler.callbacks.insert(
+            0, PeriodicEval(runner, rows, s, status, worker=trainer.rollout_worker)
+        )
     if s.hub.model_id:
         trainer.add_callback(HubPublish(s, status))
     # Last, so the step's row sees every figure the callbacks before it added to `logs` (the eval's first).

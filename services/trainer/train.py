@@ -21,22 +21,28 @@ import time
 
 from openenv.core.harness.capture.upstream import training_sampling
 
+from stack.backends import WEIGHT_TRANSFERS
 from stack.env import EnvError
 
-from . import engine_gone, healthcheck, hooks, mismatch, precision, reporting, staleness, stop, weights
+from . import hooks
 from .config import Settings
-from .engine_gone import EngineGone, HealthWatch
-from .factory import HarborSessionFactory, runner_from_settings
-from .limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
+from .device import precision
+from .device.limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
+from .report import reporting
 from .resume import Pick
 from .resume import pick as resume_pick
-from .reward import HarborReward
-from .session import RolloutFailed
-from .status import RunStatus
-from .status_callback import StatusCallback
-from .stop_rules import StopRules
-from .stop_rules import from_env as stop_rules_from_env
-from .task_select import training_rows
+from .rollouts import staleness
+from .rollouts.factory import HarborSessionFactory, runner_from_settings
+from .rollouts.reward import HarborReward
+from .rollouts.session import RolloutFailed
+from .rollouts.task_select import training_rows
+from .transfer import weights
+from .watch import engine_gone, healthcheck, mismatch, stop
+from .watch.engine_gone import EngineGone, HealthWatch
+from .watch.status import RunStatus
+from .watch.status_callback import StatusCallback
+from .watch.stop_rules import StopRules
+from .watch.stop_rules import from_env as stop_rules_from_env
 
 logger = logging.getLogger("trainer")
 
@@ -174,7 +180,7 @@ def _train(s: Settings, runner, status: RunStatus, resume, rules: StopRules) -> 
     # (tens of seconds each on 2 cores, measured in the CPU form). The model is loaded only once the
     # warm-up passed: a bad sandbox or an engine without token ids still stops the run before that.
     # One watch of the engine for the main process: the warm-up and evaluation waits, and the rollout worker's
-    # check_health while training waits for rollouts (trainer/engine_gone.py).
+    # check_health while training waits for rollouts (trainer/watch/engine_gone.py).
     watch = HealthWatch(s.engine_url)
     here = runner.watching(watch) if hasattr(runner, "watching") else runner
     warm = _in_background(warm_up, here, rows, s)
@@ -292,8 +298,8 @@ def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args, engi
 
     from datasets import Dataset
 
-    from . import cpu_form
-    from .worker import HarborRolloutWorker
+    from .device import cpu_form
+    from .rollouts.worker import HarborRolloutWorker
 
     cpu = cpu_form.install()
     config = trl_config(s, report_to, report_args, cpu)
@@ -302,7 +308,7 @@ def _prepare(s: Settings, rows: list[dict], runner, report_to, report_args, engi
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer = _loop_owning_tokenizer(tokenizer)
     worker = HarborRolloutWorker(
-        cpu_form=s.weight_transfer == "mock",
+        cpu_form=WEIGHT_TRANSFERS.get(s.weight_transfer).cpu_form,
         engine_watch=engine_watch,
         harness_session_factory=functools.partial(HarborSessionFactory, runner=runner, reward_key=s.reward_key),
         rollout_reward_fn=HarborReward(s.tool_efficiency_bonus, s.agent_step_limit),

@@ -6,7 +6,7 @@ import logging
 import signal
 import sys
 
-from .settings import EnvError, load
+from stack.readers.tunnel_check import EnvError, load
 
 
 def main() -> int:

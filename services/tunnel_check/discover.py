@@ -20,9 +20,9 @@ import logging
 import httpx
 
 from stack.backends import TUNNEL_PROVIDERS
+from stack.readers.tunnel_check import Settings
 
 from . import logparse, probe
-from .settings import Settings
 
 log = logging.getLogger("tunnel_check")
 
@@ -113,7 +113,7 @@ class Discovery:
     def hint(self, timeout_s: float) -> str:
         """What the tunnel says about itself, for a failed check's message ('' when nothing)."""
         s = self.s
-        if s.provider != "cloudflared":
+        if not s.tunnel.reports_through_metrics_or_log:
             return ""
         parts = []
         if s.metrics_port is not None:

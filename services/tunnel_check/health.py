@@ -11,8 +11,7 @@ from __future__ import annotations
 import sys
 
 from stack import handoff
-
-from .settings import EnvError, load
+from stack.readers.tunnel_check import EnvError, load
 
 
 def status(settings) -> tuple[bool, str]:

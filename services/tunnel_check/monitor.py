@@ -21,10 +21,10 @@ import threading
 import time
 
 from stack import handoff
+from stack.readers.tunnel_check import Settings
 
 from . import probe
 from .discover import Discovery
-from .settings import Settings
 
 log = logging.getLogger("tunnel_check")
 

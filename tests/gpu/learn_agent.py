@@ -28,7 +28,7 @@ import httpx
 from learn_sandbox import make_sandbox, namespace_argv, read_reward, tail
 from openenv.harbor.models import HarborRolloutResult, turns_from_document
 
-from trainer.factory import prompt_row
+from trainer.rollouts.factory import prompt_row
 
 HERE = Path(__file__).resolve().parent
 

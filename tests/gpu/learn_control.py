@@ -42,7 +42,7 @@ class SkippedPushes:
 
 
 def wrap_build(build: Callable) -> Callable:
-    """`trainer.weights.build` with its client wrapped in SkippedPushes (None stays None: TRL's own client, which
+    """`trainer.transfer.weights.build` with its client wrapped in SkippedPushes (None stays None: TRL's own client, which
     this control cannot wrap, so it refuses that case in one line)."""
 
     def built(mode: str, engine_url: str, timeout_s: float | None = None):

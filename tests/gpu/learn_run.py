@@ -6,7 +6,7 @@ capture proxy by the project's trainer with WEIGHT_TRANSFER=ipc pushes, rollouts
     LEARN_ENGINE=mock tests/gpu/learn       the same orchestration on the CPU mock engine (WEIGHT_TRANSFER=mock): a dry run
 
 In order: build the policy here (learn_policy.py), start the engine and wait for the production probe, start the
-capture proxy, evaluate the held-out split on the base weights (trainer.evaluate), train (trainer.train.run, its
+capture proxy, evaluate the held-out split on the base weights (trainer.evaluation.evaluate), train (trainer.train.run, its
 own evaluation at the last step), then the verdict (learn_verdict.py). Writes $OUT/learn.json and prints the table.
 """
 

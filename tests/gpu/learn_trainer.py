@@ -1,10 +1,10 @@
 """The project's trainer and evaluation, with mini-swe-agent rollouts on this machine (learn_agent.py):
 
-    python tests/gpu/learn_trainer.py evaluate NAME LABEL   trainer.evaluate's main (writes <bucket>/evals/NAME)
+    python tests/gpu/learn_trainer.py evaluate NAME LABEL   trainer.evaluation.evaluate's main (writes <bucket>/evals/NAME)
     python tests/gpu/learn_trainer.py train                 trainer.train.run: guards' trainer phase, warm-up,
                                                             TRL AsyncGRPO, the trainer's own eval at the last step
 
-The same entries as `python -m trainer.evaluate` and `python -m trainer` with one stand-in: the runner (local
+The same entries as `python -m trainer.evaluation.evaluate` and `python -m trainer` with one stand-in: the runner (local
 mini-swe-agent runs instead of the env server's sandboxes; every model call still goes through OpenEnv's capture
 proxy). LEARN_CONTROL=1 wraps the weight-transfer client so that no push is applied (learn_control.py). On a GPU the
 benchmark's FlashAttention-2 varlen kernel stands in for TRL's Hub-fetched FlashAttention-3, as in run_trainer.py.
@@ -38,7 +38,7 @@ def runner(settings) -> LocalAgentRunner:
 def main(argv: list[str]) -> int:
     settings = from_env()
     if argv[0] == "evaluate":
-        from trainer.evaluate import main as evaluate
+        from trainer.evaluation.evaluate import main as evaluate
 
         return evaluate(["--name", argv[1], "--label", argv[2]], runner=runner(settings))
     from guards.checks import run_all
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
 
         print(f"trainer attention kernel: {attention.install()}", flush=True)
     if os.environ.get("LEARN_CONTROL") == "1":
-        from trainer import weights
+        from trainer.transfer import weights
 
         weights.build = wrap_build(weights.build)
         print("learn: CONTROL: every push is acknowledged and skipped; the engine keeps the base weights", flush=True)

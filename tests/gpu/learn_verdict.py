@@ -1,7 +1,7 @@
-"""The learning run's verdict and its table (stdlib + trainer.passk: unit-tested on the CPU host).
+"""The learning run's verdict and its table (stdlib + trainer.evaluation.passk: unit-tested on the CPU host).
 
 The assertion, the same for the learning run and its control: held-out pass@1 after training has a 95% Wilson
-interval wholly above the baseline's (trainer.passk, the project's own interval, as the CPU learning gate and
+interval wholly above the baseline's (trainer.evaluation.passk, the project's own interval, as the CPU learning gate and
 `scripts/evaluate` compute it). The learning run must pass it; the control (pushes skipped) must fail it.
 """
 
@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainer.passk import wilson_interval
+from trainer.evaluation.passk import wilson_interval
 
 REWARD_KEY = "harbor/reward_mean"
-KL_KEY = "mismatch/kl_mean"  # trainer/mismatch.py
+KL_KEY = "mismatch/kl_mean"  # trainer/watch/mismatch.py
 PUSH_KEY = "perf/weight_sync_s"  # TRL 1.16.0's own timing of each sync
 
 
 def pass_at_1(doc: dict) -> tuple[int, int, float, float, float]:
-    """(passed, scored, value, low, high) of an evaluation document (trainer.evaluate), the interval recomputed
-    from the counts with trainer.passk.wilson_interval so that a document cannot carry a friendlier one."""
+    """(passed, scored, value, low, high) of an evaluation document (trainer.evaluation.evaluate), the interval recomputed
+    from the counts with trainer.evaluation.passk.wilson_interval so that a document cannot carry a friendlier one."""
     passed = sum(int(r["passed"]) for r in doc["per_task"])
     scored = sum(int(r["scored"]) for r in doc["per_task"])
     low, high = wilson_interval(passed, scored)

@@ -1,7 +1,7 @@
 """The learning gate's verdict, apart from the stack that produces its inputs (so a unit test can read its lines).
 
 Standard library only: tests/learning/test_learning_gate.py calls it on the run's eval documents
-(trainer.evaluate's `eval.json`, pass@1 with a 95% Wilson interval) and its per-step rewards.
+(trainer.evaluation.evaluate's `eval.json`, pass@1 with a 95% Wilson interval) and its per-step rewards.
 """
 
 from __future__ import annotations

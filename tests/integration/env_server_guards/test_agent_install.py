@@ -5,8 +5,8 @@ layer without litellm (env_server/asyncgrpo_chat_model.py) installed into the ag
 command line then names with `--model-class`.
 
 The sandbox is a shell on this container (a real `bash -c`, with the PATH a task image would have): Harbor's
-docker sandbox needs a task image built for the purpose, and `install()` asks the sandbox for one upload and
-one command. tests/integration/env_server runs the full rollout in a real docker sandbox.
+docker sandbox needs a task image built for the purpose, and `install()` asks the sandbox for one command (the
+model layer travels inside it: no upload, one round trip a rollout fewer). tests/integration/env_server runs the full rollout in a real docker sandbox.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def agent(monkeypatch, tmp_path):
     return built
 
 
-INSTALL = "set -o pipefail; " + agent_install._INSTALL_MODEL_CMD
+INSTALL = "set -o pipefail; " + agent_install.install_model_cmd()
 
 
 def test_a_task_image_without_the_agent_fails_its_install_with_one_line(agent, tmp_path):
@@ -119,7 +119,7 @@ def test_a_task_image_with_the_agent_gets_the_model_layer_in_the_agents_python(a
     sandbox = ShellSandbox(Path(f"{on_path}:/usr/bin:/bin"))
     asyncio.run(agent.install(sandbox))
     assert sandbox.commands == [INSTALL]
-    assert sandbox.uploads == [(agent_install.MODEL_MODULE, agent_install.SANDBOX_MODEL_FILE)]
+    assert sandbox.uploads == []
     purelib = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -128,7 +128,7 @@ def test_a_task_image_with_the_agent_gets_the_model_layer_in_the_agents_python(a
     ).stdout.strip()
     installed = Path(purelib) / "asyncgrpo_chat_model.py"
     assert installed.read_bytes() == agent_install.MODEL_MODULE.read_bytes()
-    assert not Path(agent_install.SANDBOX_MODEL_FILE).exists()
+    assert oct(installed.stat().st_mode & 0o777) == "0o644", oct(installed.stat().st_mode)
 
 
 def test_harbors_command_line_names_our_model_class_and_keeps_the_litellm_wiring(agent, tmp_path):

@@ -66,12 +66,14 @@ class Proxy:
             env=env,
         )
         for _ in range(3000):  # 300 s: importing OpenEnv on a loaded 2-core machine took over 60
-            first = self.log().partition("\n")[0]
-            if first.startswith("serving") or self.proc.poll() is not None:
+            # Only a WHOLE first line: the image runs Python unbuffered, so print's pieces reach the file one write
+            # at a time, and a full run here once read "serving http://127.0.0.1:24016" before " instance <id>" was written.
+            first, newline, _ = self.log().partition("\n")
+            if (newline and first.startswith("serving")) or self.proc.poll() is not None:
                 break
             time.sleep(0.1)
-        assert first.startswith("serving"), self.log()
-        self.instance = first.split()[-1]
+        assert newline and first.startswith("serving") and " instance " in first, self.log()
+        self.instance = first.split(" instance ", 1)[1].strip()
 
     def log(self) -> str:
         return self.log_path.read_text()

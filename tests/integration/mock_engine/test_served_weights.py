@@ -1,4 +1,4 @@
-"""The served-weights check (trainer/served_check.py) against the real mock engine and the real scorer: the
+"""The served-weights check (trainer/transfer/served_check.py) against the real mock engine and the real scorer: the
 canary scored by the engine over /v1/completions and by the trainer's model (model_scorer), pushes that land and a
 push the engine acknowledges without serving (its `weights_not_served` fault).
 
@@ -11,7 +11,7 @@ from mock_engine_support import set_faults
 from transformers import AutoModelForCausalLM
 
 from mock_engine.weight_client import MockWeightTransfer
-from trainer.served_check import FLOAT32_TOLERANCE_NATS, TOLERANCE_NATS, ServedWeights, WeightsNotServed
+from trainer.transfer.served_check import FLOAT32_TOLERANCE_NATS, TOLERANCE_NATS, ServedWeights, WeightsNotServed
 
 
 def push(check, model):

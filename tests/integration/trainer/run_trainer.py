@@ -22,9 +22,9 @@ from trainer.train import run
 
 
 def signal_during_step(at: int) -> None:
-    """Replace trainer.stop.StopCallback with a subclass that only adds the signal: the guard under test
+    """Replace trainer.watch.stop.StopCallback with a subclass that only adds the signal: the guard under test
     (its on_step_end, and the handler trainer.train.main installs) stays the real one."""
-    from trainer import stop
+    from trainer.watch import stop
 
     class SignalDuringStep(stop.StopCallback):
         def on_optimizer_step(self, args, state, control, **kwargs):
@@ -37,7 +37,7 @@ def signal_during_step(at: int) -> None:
 
 def kill_engine_during_step(at: int, pid: int) -> None:
     """As signal_during_step, with the engine as the victim: StopCallback stays the real one."""
-    from trainer import stop
+    from trainer.watch import stop
 
     class KillEngineDuringStep(stop.StopCallback):
         def on_optimizer_step(self, args, state, control, **kwargs):

@@ -8,9 +8,9 @@ server's `run_rollout` uses. What is scripted: the tool outputs (fixed text inst
 a random tiny model asks for) and the verifier. The loop ends the way mini-swe-agent's does: on the
 submit command, on a reply with no tool call, or at the step limit. With the mock engine's scripted mode
 (MOCK_SCRIPT_FILE) some rollouts follow a known-good action list (forced tokens, scored with the model's
-real logprobs) and submit; the rest are the tiny model's own samples. The stand-in verifier gives 1.0 to
-a submitted rollout and a small deterministic partial score (from the sampled ids) otherwise, so groups
-have spread and the loss has a gradient.
+real logprobs) and submit; the rest are the tiny model's own samples. The stand-in verifier gives 1.0 (plus a
+tie-break under 0.001, see `_rollout`) to a submitted rollout and a small deterministic partial score (from the
+sampled ids) otherwise, so every group has spread and the loss has a gradient.
 
 Module-level and frozen: TRL pickles the runner into its spawned rollout process.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import httpx
 from openenv.harbor.models import HarborRolloutResult, turns_from_document
 
-from trainer.factory import prompt_row
+from trainer.rollouts.factory import prompt_row
 
 SUBMIT = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 BASH_TOOL = {
@@ -102,7 +102,15 @@ class ScriptedAgentRunner:
             http.delete(f"/sessions/{sid}")
         turns = turns_from_document(document)
         sampled = [tid for t in turns for tid in t.completion_token_ids]
-        reward = 1.0 if submitted else (zlib.crc32(str(sampled).encode()) % 1000) / 2000
+        # A submitted rollout scores 1.0 plus a tie-break under 0.001 from its session id. Why: an on-script rollout's
+        # tokens are forced, so every on-script rollout of a group is the same text and, scored 1.0 flat, a group whose
+        # 4 coins all said "script" (1 in 16) had zero spread, zero advantage and no gradient. CI once drew such
+        # groups for both steps of test_two_steps_then_resume: grad_norm 0, the weights did not move, and the test
+        # failed on chance. Still >= 1.0, so evaluation and screening count it solved (CORRECT_AT).
+        if submitted:
+            reward = 1.0 + (zlib.crc32(sid.encode()) % 1000) / 1_000_000
+        else:
+            reward = (zlib.crc32(str(sampled).encode()) % 1000) / 2000
         return HarborRolloutResult(
             task_id=f"local-{ref.index}",
             task_name=f"local-{ref.index}",

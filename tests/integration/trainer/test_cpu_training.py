@@ -120,14 +120,14 @@ def test_two_steps_then_resume(stack):
     assert set(windows("harbor/forked_rollout_frac")) == {0.0}, windows("harbor/forked_rollout_frac")
     assert status["samples_per_rollout"] == 1.0 and status["forked_rollout_frac"] == 0.0, status
     assert "warm-up rollout" in log
-    # The first sync goes through trainer.weights.FirstSync around the backend TRL calls: reported once.
+    # The first sync goes through trainer.transfer.weights.FirstSync around the backend TRL calls: reported once.
     assert "trainer: weight transfer mock, transport mock (the mock engine's HTTP backend)" in log
     assert log.count("trainer: first weight sync done: group set up in ") == 1, log[-4000:]
 
     # The dashboard is on the bucket.
     assert list((stack["bucket"] / "dashboards" / "tensorboard" / RUN).glob("events.out.tfevents.*"))
-    # The learning curve beside the checkpoints (trainer/curve.py): a row per logged step, a PNG.
-    from trainer import curve
+    # The learning curve beside the checkpoints (trainer/report/curve.py): a row per logged step, a PNG.
+    from trainer.report import curve
 
     first = curve.read_csv(run_dir / "curve.csv")
     assert [r["step"] for r in first] == [1, 2], first
@@ -151,7 +151,7 @@ def test_two_steps_then_resume(stack):
 
 def test_sigterm_during_a_step_saves_that_step_and_stops(stack):
     """`docker compose stop` while a step computes: the step's checkpoint is written although SAVE_STEPS is
-    far off (trainer/stop.py's StopCallback sets should_save), the run stops there, and says how to resume."""
+    far off (trainer/watch/stop.py's StopCallback sets should_save), the run stops there, and says how to resume."""
     run = "cpu-sigterm"
     # SAVE_STEPS = MAX_STEPS, the longest interval preflight accepts: no periodic checkpoint before the last step.
     log = train(stack, max_steps=6, run=run, extra_env={"SAVE_STEPS": "6", "TEST_SIGTERM_AT_STEP": "2"})
@@ -191,7 +191,7 @@ def test_a_fully_forked_run_stops_by_rule_with_a_checkpoint_and_one_line(stack):
     assert rule["window"] == [1.0] * window and window <= step < 8 and status["step"] == step, status
     # TRL's own tally is the tell that sees this forking. harbor/forked_rollout_frac counted rows per rollout
     # and read 0.0 on this run (TRL keeps only rows with a trained token); it reads the tally now
-    # (trainer/group_metrics.forked), so it sees the forks too. Read over every logged window, not status.json's
+    # (trainer/rollouts/group_metrics.forked), so it sees the forks too. Read over every logged window, not status.json's
     # last one: a window of single-turn rollouts (off-script, nothing to fork) reads 0.0 there, and CI once went
     # red on that alone while fork_frac kept its last multi-turn window's 1.0.
     forked_windows = [float(v) for v in re.findall(r"'harbor/forked_rollout_frac': '([0-9.e+-]+)'", log)]

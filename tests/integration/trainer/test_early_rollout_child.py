@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.factory import prompt_row, task_ref_from_prompt
+from trainer.rollouts.factory import prompt_row, task_ref_from_prompt
+from trainer.rollouts.worker import HarborRolloutWorker
 from trainer.train import _loop_owning_tokenizer
-from trainer.worker import HarborRolloutWorker
 
 TASKS = ["count-lines", "sum-numbers", "write-greeting", "fix-typo"]
 

@@ -1,5 +1,5 @@
 """The engine lost mid-run stops the trainer with the step it trained saved, one line and exit 4
-(trainer/engine_gone.py). Real mock-engine processes, real HTTP, the real trainer.
+(trainer/watch/engine_gone.py). Real mock-engine processes, real HTTP, the real trainer.
 
 - the weight-transfer chain train.py hands TRL (weights.chain over the mock's backend): a killed engine is noticed
   at once in the next push, and a frozen one within WEIGHT_SYNC_TIMEOUT_S (not TRL's 30 minutes);
@@ -32,8 +32,10 @@ from cpu_engine import cpu_engine, tiny_model
 from support import free_ports, wait_healthy
 from transformers import AutoModelForCausalLM
 
-from trainer import config, engine_gone, weights
-from trainer.engine_gone import EngineGone, HealthWatch
+from trainer import config
+from trainer.transfer import weights
+from trainer.watch import engine_gone
+from trainer.watch.engine_gone import EngineGone, HealthWatch
 
 HERE = Path(__file__).parent
 TIMEOUT_S = 10  # WEIGHT_SYNC_TIMEOUT_S's floor
@@ -119,7 +121,7 @@ def test_the_rollout_workers_health_check_stops_on_an_engine_that_is_gone():
     """HarborRolloutWorker.check_health, the method TRL's RolloutQueueDataset calls, with TRL's own check after it
     (a child that is alive and ticking). The worker is not built (that spawns the child); only the state its check
     reads is set."""
-    from trainer.worker import HarborRolloutWorker
+    from trainer.rollouts.worker import HarborRolloutWorker
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()

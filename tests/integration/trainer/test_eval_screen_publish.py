@@ -63,7 +63,7 @@ def stack(tmp_path_factory):
 
 
 def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys):
-    from trainer import evaluate, screen
+    from trainer.evaluation import evaluate, screen
 
     for k, v in stack["env"].items():
         monkeypatch.setenv(k, v)
@@ -145,9 +145,9 @@ def test_baseline_screen_train_with_eval_and_publish(stack, monkeypatch, capsys)
     assert step2["step"] == 2 and step2["label"] == "step 2" and step2["attempts"] == 4
     assert status["eval"]["step"] == 2 and status["eval"]["pass_at_1"] == step2["pass_at_k"]["1"]["value"]
     assert status["eval_baseline"]["label"] == "base tiny"
-    # The learning curve (trainer/curve.py): the baseline as step 0's pass@1, the evaluation at step 2 in step
+    # The learning curve (trainer/report/curve.py): the baseline as step 0's pass@1, the evaluation at step 2 in step
     # 2's row, and in checkpoint-2's log_history (which a resumed run rebuilds the curve from).
-    from trainer import curve
+    from trainer.report import curve
 
     rows = curve.read_csv(run_dir / "curve.csv")
     p1 = step2["pass_at_k"]["1"]
@@ -189,7 +189,7 @@ def test_a_step_already_evaluated_is_not_evaluated_again(tmp_path):
     evaluated: no second evaluation (48 rollouts in the CPU learn form), and the report the run was judged on stays."""
     from types import SimpleNamespace
 
-    from trainer.eval_callback import PeriodicEval
+    from trainer.evaluation.eval_callback import PeriodicEval
 
     evals = tmp_path / "run" / "evals"
     evals.mkdir(parents=True)
@@ -211,3 +211,29 @@ def test_a_step_already_evaluated_is_not_evaluated_again(tmp_path):
     assert report.read_text() == '{"step": 2, "label": "step 2"}'
     # Steps without a report are still due: the schedule itself is unchanged.
     assert (cb.due(2, 4), cb.due(4, 4), cb.due(3, 5), cb.due(5, 5)) == (False, True, False, True)
+
+
+def test_the_last_steps_evaluation_stops_the_rollout_worker_first(tmp_path, monkeypatch):
+    """At the last step the rollout worker's groups would never train: it is stopped before the evaluation, so
+    the evaluation's rollouts do not share sandboxes and the engine with them. At any other step it keeps sampling."""
+    from types import SimpleNamespace
+
+    from trainer.evaluation import eval_callback
+
+    calls: list[str] = []
+
+    class Worker:
+        def stop(self):
+            calls.append("worker stopped")
+
+    def evaluate(runner, rows, s, label):
+        calls.append(f"evaluated {label}")
+        return {"tasks": 1, "attempts": 1, "unscorable": 0, "scored_attempts": 1, "pass_at_k": {}}
+
+    monkeypatch.setattr(eval_callback, "evaluate", evaluate)
+    monkeypatch.setattr(eval_callback, "write_report", lambda doc, folder, stem: None)
+    settings = SimpleNamespace(run_dir=str(tmp_path / "run"), evaluation=SimpleNamespace(steps=2))
+    cb = eval_callback.PeriodicEval(None, [], settings, SimpleNamespace(update=lambda **_: None), worker=Worker())
+    cb.on_log(None, SimpleNamespace(global_step=2, max_steps=4), None, logs={})
+    cb.on_log(None, SimpleNamespace(global_step=4, max_steps=4), None, logs={})
+    assert calls == ["evaluated step 2", "worker stopped", "evaluated step 4"]

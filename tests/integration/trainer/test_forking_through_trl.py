@@ -15,8 +15,8 @@ from openenv.harbor.models import HarborRolloutResult, HarborTurn
 from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
 from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
 
-from trainer import group_metrics
-from trainer.factory import HarborSessionFactory, prompt_row
+from trainer.rollouts import group_metrics
+from trainer.rollouts.factory import HarborSessionFactory, prompt_row
 
 P1, O1 = [1, 2, 3], [4, 5, 6, 7]
 O2, O3 = [9, 10, 11, 12], [14, 15, 16, 17]

@@ -14,7 +14,7 @@ from openenv.harbor.models import HarborRolloutResult, HarborTurn
 from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
 from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
 
-from trainer.factory import HarborSessionFactory, prompt_row
+from trainer.rollouts.factory import HarborSessionFactory, prompt_row
 
 P1, O1 = [1, 2, 3], [4, 5, 6, 7]
 P2 = P1 + O1 + [8]

@@ -27,7 +27,7 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from benchmarks.trainer_gpu import attention, harness
-from trainer import mismatch
+from trainer.watch import mismatch
 
 LENGTH, PROMPT = 120, 60  # tokens per sample; the first PROMPT are context (mask 0), the rest trained
 BUDGET = 256  # two samples per step (TRL's planner closes a row when the next sample does not fit)

@@ -2,9 +2,9 @@
 stop rule does not fire; a prompt that changes an earlier message still forks and fires it.
 
 mini-swe-agent 2.4.6 on a format error resends the conversation without the rejected reply, plus its error message
-as a user message (trainer/retries.py cites the source). The captured turns below have that shape in ChatML-like ids.
+as a user message (trainer/rollouts/retries.py cites the source). The captured turns below have that shape in ChatML-like ids.
 Each goes through our session (OpenEnv's trace), TRL's `_turns_from_training_trace`, the reconciler the harness loop
-calls (`openenv_harness._chain_to_sequences`, as trainer/worker.py sets it), our loop's `_push_rollout_metrics` (TRL's
+calls (`openenv_harness._chain_to_sequences`, as trainer/rollouts/worker.py sets it), our loop's `_push_rollout_metrics` (TRL's
 own, which computes `rollout/fork_frac`, plus ours) and the stop rules at their default threshold over one step.
 Runs in the trainer image (TRL): tests/run-in-image trainer tests/integration/trainer
 """
@@ -18,9 +18,9 @@ from trl.experimental.async_grpo import openenv_harness
 from trl.experimental.async_grpo.async_rollout_worker import TurnRecord
 from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
 
-from trainer import stop_rules
-from trainer.factory import HarborSessionFactory, prompt_row
-from trainer.worker import HarborRolloutLoop
+from trainer.rollouts.factory import HarborSessionFactory, prompt_row
+from trainer.rollouts.worker import HarborRolloutLoop
+from trainer.watch import stop_rules
 
 START, ASSISTANT, USER, NL, END = 100, 101, 102, 103, 104
 GEN = [START, ASSISTANT, NL]  # the generation prompt

@@ -22,9 +22,9 @@ from accelerate.state import PartialState
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, TrainingSequence
 
-from trainer.factory import HarborSessionFactory, prompt_row
-from trainer.reward import HarborReward
-from trainer.worker import HarborRolloutLoop
+from trainer.rollouts.factory import HarborSessionFactory, prompt_row
+from trainer.rollouts.reward import HarborReward
+from trainer.rollouts.worker import HarborRolloutLoop
 
 PROMPT, OUT = [1, 2, 3], [4, 5, 6, 7]
 CALLS = [3, 5, 8, 10, 12, 15, 20, 29]  # the all-correct group

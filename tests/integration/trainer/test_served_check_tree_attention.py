@@ -12,8 +12,8 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from trl.experimental.async_grpo import packing
 
-from trainer import cpu_form
-from trainer.served_check import model_scorer
+from trainer.device import cpu_form
+from trainer.transfer.served_check import model_scorer
 
 
 def test_the_canary_scores_the_same_under_tree_attention_as_under_the_default():

@@ -2,8 +2,8 @@
 
 TRL 1.16.0's own `_sync_weight_merged` runs the push here (pause, send_weights, resume, then its version bump and
 `rollout_worker.update_model_version`), on a stand-in trainer that carries only the attributes that method reads.
-The weight transfer is trainer.weights.ServedVersion over a backend that records calls, probing a stand-in engine
-whose update counter we script; the rollout worker is ours (trainer.worker.HarborRolloutWorker), built without its
+The weight transfer is trainer.transfer.weights.ServedVersion over a backend that records calls, probing a stand-in engine
+whose update counter we script; the rollout worker is ours (trainer.rollouts.worker.HarborRolloutWorker), built without its
 constructor (which wants a dataset and an engine) and holding the real `mp.Value` TRL's rollout child reads when it
 stamps a new group (`RolloutGroup.model_version = self.model_version`).
 
@@ -18,8 +18,8 @@ import torch
 from accelerate import Accelerator
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 
-from trainer.weights import ServedVersion
-from trainer.worker import HarborRolloutWorker
+from trainer.rollouts.worker import HarborRolloutWorker
+from trainer.transfer.weights import ServedVersion
 
 
 class Backend:

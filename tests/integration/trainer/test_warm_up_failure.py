@@ -18,11 +18,11 @@ import huggingface_hub.constants
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
-from trainer import healthcheck
 from trainer.config import from_env
-from trainer.factory import prompt_row
-from trainer.stop_rules import from_env as stop_rules_from_env
+from trainer.rollouts.factory import prompt_row
 from trainer.train import run
+from trainer.watch import healthcheck
+from trainer.watch.stop_rules import from_env as stop_rules_from_env
 
 
 class OneResult:

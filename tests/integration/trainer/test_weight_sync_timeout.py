@@ -1,4 +1,4 @@
-"""WEIGHT_SYNC_TIMEOUT_S reaches TRL where TRL reads it, and the internals trainer/engine_gone.py's bounds rely on are there.
+"""WEIGHT_SYNC_TIMEOUT_S reaches TRL where TRL reads it, and the internals trainer/watch/engine_gone.py's bounds rely on are there.
 
 TRL 1.16.0 (read at that tag): `AsyncGRPOConfig.weight_sync_timeout` (default 1800) is handed by
 `AsyncGRPOTrainer.__init__` to its own `WeightTransferClient`, which bounds the group set-up, the transfer and its
@@ -16,7 +16,8 @@ from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 from trl.experimental.async_grpo.weight_transfer import WeightTransferClient
 
-from trainer import config, train, weights
+from trainer import config, train
+from trainer.transfer import weights
 
 
 def test_the_setting_is_trls_weight_sync_timeout(tmp_path):

@@ -1,11 +1,11 @@
-"""Preflight runs env-server's and tunnel-check's settings readers inside the trainer image (guards/checks.py),
-and that image carries only the files of those services that it copies (images/trainer/Dockerfile). A reader
-that gains an import of a file left out crashes preflight on every start: `settings.py` importing
-`task_env.py` once did, and every stack stopped at `[env-server-settings] check crashed
+"""Preflight runs env-server's and tunnel-check's settings readers inside the trainer image (guards/checks.py); they
+live in stack/readers/, which the image carries whole (images/trainer/Dockerfile). A reader that gained an import
+of a file the image left out would crash preflight on every start: env-server's reader importing `task_env.py`
+once did, when the image copied loose files, and every stack stopped at `[env-server-settings] check crashed
 (ModuleNotFoundError ...)`. The in-image suites mount the checkout over /app's services and cannot see it;
 this runs the built image as compose does, with nothing mounted.
 
-Runs on the host after scripts/build-cpu-images (the CPU trainer image; the GPU one copies the same files).
+Runs on the host after scripts/build-cpu-images (the CPU trainer image; the GPU one copies the same folders).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_the_trainer_image_imports_every_reader_preflight_runs():
         docker_missing(f"{IMAGE} is not built (or no Docker daemon answers): scripts/build-cpu-images")
     code = (
         "import importlib\n"
-        "for name in ('guards.checks', 'env_server.settings', 'tunnel_check.settings', 'trainer.config'):\n"
+        "for name in ('guards.checks', 'stack.readers.env_server', 'stack.readers.tunnel_check', 'trainer.config'):\n"
         "    importlib.import_module(name)\n"
         "print('imported')\n"
     )

@@ -1,6 +1,6 @@
 """An env server that dies during the trainer's warm-up rollout is waited out, and the rollout runs again
 when it is back (issue 29: before this, `websockets.exceptions.ConnectionClosedError: no close frame
-received or sent` killed the trainer, 2 of 2 tries, because trainer/factory.py caught only ConnectionError
+received or sent` killed the trainer, 2 of 2 tries, because trainer/rollouts/factory.py caught only ConnectionError
 and httpx.TransportError).
 
 Real parts: the trainer's EnvServerRunner, HarborSessionFactory and HarborRolloutSession driven exactly as
@@ -21,8 +21,8 @@ import httpx
 import pytest
 from support import free_port
 
-from trainer import waiting
-from trainer.factory import EnvServerRunner, HarborSessionFactory, prompt_row
+from trainer.rollouts import waiting
+from trainer.rollouts.factory import EnvServerRunner, HarborSessionFactory, prompt_row
 
 HERE = Path(__file__).resolve().parent
 # Bounded loops, not timings: each wait below ends as soon as its condition holds.

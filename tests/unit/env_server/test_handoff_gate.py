@@ -22,9 +22,9 @@ from support import free_port
 
 from env_server.capture import LoopbackHarborService
 from env_server.rollouts import GatedHarborEnvironment, Inflight
-from env_server.settings import Settings
 from stack import handoff
 from stack.endpoints import openai_base
+from stack.readers.env_server import Settings
 
 REPO = Path(__file__).resolve().parents[3]
 STARTER = str(REPO / "datasets" / "starter")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from env_server.checks import check_dataset_sources, drop_unneeded_hf_token
-from env_server.settings import EnvError, Settings
+from stack.readers.env_server import EnvError, Settings
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "[::]"])

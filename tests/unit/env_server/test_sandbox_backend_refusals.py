@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from env_server.checks import EnvError, check_docker, check_sandbox
-from env_server.settings import Settings
+from stack.readers.env_server import Settings
 
 
 def docker_cli(tmp_path, monkeypatch, script: str) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from env_server.settings import EnvError, Settings
+from stack.readers.env_server import EnvError, Settings
 
 
 def test_defaults_bind_loopback_and_serve_the_starter_set():

@@ -15,7 +15,7 @@ import pytest
 from support import free_port
 
 from env_server.checks import check_trials_dir, probe_engine
-from env_server.settings import EnvError
+from stack.readers.env_server import EnvError
 
 REPO = Path(__file__).resolve().parents[3]
 STARTER = REPO / "datasets" / "starter"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from env_server.settings import Settings
 from env_server.trials import Retention
 from stack.env import EnvError
+from stack.readers.env_server import Settings
 
 PREFIX = "mystack-"
 
@@ -81,7 +81,7 @@ GB = 1024**3
 
 
 def test_space_problem_counts_what_finished_folders_already_hold():
-    from env_server.trials import space_problem
+    from stack.space import space_problem
 
     assert space_problem("/t", 10, free_bytes=10 * GB) is None
     assert space_problem("/t", 10, free_bytes=4 * GB, held_bytes=6 * GB) is None  # retention keeps them within 10

@@ -193,7 +193,7 @@ def test_two_services_on_one_port(tmp_path):
 def test_an_empty_model_or_dataset_is_the_one_default_everywhere(tmp_path):
     """compose passes MODEL and DATASETS through empty when unset: every reader takes the field's default
     (there is no service that would start with an empty model for preflight to refuse)."""
-    from env_server.settings import Settings
+    from stack.readers.env_server import Settings
     from trainer import config
 
     empty = {"MODEL": "", "DATASETS": ""}
@@ -264,7 +264,7 @@ def test_step_limit_never_silently_unlimited(tmp_path, value, start):
 
 def test_sandbox_values_are_the_env_servers(tmp_path):
     """Preflight refuses exactly what env-server would refuse at start (SANDBOX=modal, say)."""
-    from env_server.settings import EnvError, Settings
+    from stack.readers.env_server import EnvError, Settings
 
     msg = failures(good_env(tmp_path, SANDBOX="modal"), probes_for(tmp_path, GCSFUSE))["sandbox"]
     with pytest.raises(EnvError) as refused:

@@ -7,7 +7,8 @@ from test_checks import GCSFUSE, good_env, probes_for
 
 from guards.checks import run_all
 from stack.env import EnvError
-from trainer import reporting, stop_rules
+from trainer.report import reporting
+from trainer.watch import stop_rules
 
 
 def lines(env, tmp_path, phase="preflight"):

@@ -10,7 +10,8 @@ from guards import checks
 from guards.checks import run_all
 from stack import fields
 from stack.env import Env, _n
-from trainer import config, healthcheck
+from trainer import config
+from trainer.watch import healthcheck
 
 # Numeric fields without a maximum of their own, each for a reason. Anything else unbounded is a finding.
 UNBOUNDED = {
@@ -21,7 +22,7 @@ UNBOUNDED = {
     "MOCK_MAX_NEW_TOKENS",
     "MOCK_MAX_NUM_SEQS",
     "MOCK_TORCH_THREADS",
-    # Held to at most MAX_STEPS by the stop rules' own reader (trainer/stop_rules.py), itself bounded.
+    # Held to at most MAX_STEPS by the stop rules' own reader (trainer/watch/stop_rules.py), itself bounded.
     "STOP_WINDOW_STEPS",
 }
 
@@ -38,7 +39,7 @@ PREFLIGHT_TABLES = [
     config.FIELDS,
     checks.FIELDS,
     healthcheck.FIELDS,
-    *(__import__(m, fromlist=["FIELDS"]).FIELDS for m in ("env_server.settings", "tunnel_check.settings")),
+    *(__import__(m, fromlist=["FIELDS"]).FIELDS for m in ("stack.readers.env_server", "stack.readers.tunnel_check")),
 ]
 BOUNDED = sorted(
     {

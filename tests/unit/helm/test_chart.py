@@ -17,7 +17,7 @@ import pytest
 
 from guards.checks import RUN_NAME_RE
 from trainer.config import fresh_run_name
-from trainer.stop_rules import RULES
+from trainer.watch.stop_rules import RULES
 
 # The Kubernetes release the chart is tested against (PINS.md); Chart.yaml's kubeVersion is the floor.
 KUBE_VERSION = "1.33.0"

@@ -1,5 +1,5 @@
 """The learning gate's verdict lines (tests/learning/verdict.py) on eval documents built by the trainer's own
-pass@1 (trainer.passk), and `benchmarks/learning_stack.py --help`, which must start nothing (issue 37: it started
+pass@1 (trainer.evaluation.passk), and `benchmarks/learning_stack.py --help`, which must start nothing (issue 37: it started
 both ~70 min runs)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from learning.verdict import gate_failures, held_out_failure
 
-from trainer.passk import suite_pass_at_k
+from trainer.evaluation.passk import suite_pass_at_k
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "benchmarks" / "learning_stack.py"
@@ -20,7 +20,7 @@ GOOD_REWARDS = {13: 0.9, 14: 1.0, 15: 0.8}
 
 
 def eval_doc(passes: int, attempts: int = 48) -> dict:
-    # One task per attempt pair, as trainer.evaluate scores the 24 held-out tasks x 2.
+    # One task per attempt pair, as trainer.evaluation.evaluate scores the 24 held-out tasks x 2.
     per_task = [(2, min(2, max(0, passes - 2 * i))) for i in range(attempts // 2)]
     return {"pass_at_k": {"1": suite_pass_at_k(per_task, 1)}}
 

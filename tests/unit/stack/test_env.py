@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stack.endpoints import openai_base, read_engine_url
-from stack.env import Env, EnvError, Field
+from stack.env import Env, EnvError, Field, Table
 
 
 def refused(env: dict, read) -> str:
@@ -22,7 +22,7 @@ def test_unset_and_empty_mean_the_default():
     assert read.port("A", None) is None and read.flag("B", True) is True and read.choice("A", "e2b", ("e2b",)) == "e2b"
 
 
-def test_integer():
+def test_an_integer_is_read_whole_and_a_bad_one_is_one_line_naming_its_bound_and_default():
     assert Env({"N": " 7 "}).integer("N", 1) == 7
     assert refused({"N": "seven"}, lambda r: r.integer("N", 12)) == (
         "N='seven' is not a whole number: set N to an integer (default 12)"
@@ -38,7 +38,7 @@ def test_integer():
     )
 
 
-def test_number():
+def test_a_number_must_be_finite_and_within_its_bounds():
     assert Env({"X": "1e-6"}).number("X", 1.0) == 1e-6
     assert refused({"X": "fast"}, lambda r: r.number("X", 10.0)) == (
         "X='fast' is not a number: set X to a number (default 10.0)"
@@ -73,7 +73,7 @@ def test_large_bounds_are_printed_whole():
     )
 
 
-def test_flag():
+def test_a_flag_takes_yes_no_words_in_any_case_and_refuses_the_rest():
     assert Env({"F": "no"}).flag("F", True) is False and Env({"F": "ON"}).flag("F", False) is True
     assert refused({"F": "maybe"}, lambda r: r.flag("F", True)) == (
         "F='maybe' is not a yes/no value: set F to 1 or 0 (default 1)"
@@ -203,3 +203,37 @@ def test_a_setting_read_twice_is_one_problem():
     assert env.problems == [
         "MODEL='a\\nb' contains a control character ('\\n' at character 2): set MODEL to one line of printable text"
     ]
+
+
+def test_what_the_operator_wrote_is_asked_of_the_reader_not_of_its_mapping():
+    port = Field("X_PORT_GIVEN", "port", None, "a port")
+    read = Env({"X_PORT_GIVEN": "seventy", "X_EMPTY": "", "X_BLANK": "  ", "X_LIST": "a,\nb"}, collect=True)
+    assert read.get(port) is None  # refused: read as its default
+    assert read.is_set(port) and read.is_given(port)  # yet the operator did say something
+    assert read.is_given("X_EMPTY") and not read.is_set("X_EMPTY")  # compose's ${X:-}: said, and empty
+    assert not read.is_set("X_BLANK") and not read.is_given("X_UNSET") and not read.is_set("X_UNSET")
+    assert read.as_given("X_LIST") == "a,\nb" and read.as_given("X_UNSET") == ""
+
+
+def test_a_settings_object_is_built_from_its_table():
+    """A plain row is an attribute with its default and its reader, with nothing else to write; `renamed`,
+    `apart` and `given` say where a service holds a row otherwise, and refusals keep the table's order."""
+    import dataclasses
+
+    table = Table(
+        Field("X_ROWS_A", "integer", 1, "a", minimum=0),
+        Field("X_ROWS_KEY", "text", "", "a secret, never held", secret=True),
+        Field("X_ROWS_LONG_NAME_S", "number", 2.0, "renamed"),
+        Field("X_ROWS_C", "integer", 3, "derived by the service", minimum=0),
+    )
+    held = dict(renamed={"X_ROWS_LONG_NAME_S": "wait_s"}, apart=("X_ROWS_KEY",))
+    Rows = dataclasses.make_dataclass("Rows", table.attributes(**held), frozen=True)
+    assert [f.name for f in dataclasses.fields(Rows)] == ["x_rows_a", "wait_s", "x_rows_c"]
+    assert Rows() == Rows(x_rows_a=1, wait_s=2.0, x_rows_c=3)
+    read = Env({"X_ROWS_A": "-1", "X_ROWS_LONG_NAME_S": "5"}, collect=True)
+    order = []
+    values = table.read_all(read, **held, given={"X_ROWS_C": lambda: order.append(len(read.problems)) or 9})
+    assert values == {"x_rows_a": 1, "wait_s": 5.0, "x_rows_c": 9}
+    assert order == [1]  # X_ROWS_C's value was made after X_ROWS_A's refusal, at its row's turn
+    with pytest.raises(ValueError, match="not in this table: X_NOPE"):
+        table.attributes(apart=("X_NOPE",))

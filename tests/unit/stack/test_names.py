@@ -1,10 +1,10 @@
-"""One rule for names that become folders under the bucket (stack/names.py), and `python -m trainer.evaluate
+"""One rule for names that become folders under the bucket (stack/names.py), and `python -m trainer.evaluation.evaluate
 --name` using it: nothing is written outside <bucket>/evals, nor into evals/ itself."""
 
 import pytest
 
 from stack.names import problem
-from trainer import evaluate
+from trainer.evaluation import evaluate
 
 RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128 characters (no '/', no '..')"
 

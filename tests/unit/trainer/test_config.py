@@ -16,7 +16,7 @@ def test_defaults_are_stated_and_engine_url_is_the_root(tmp_path):
     assert s.evaluation.baseline == f"{tmp_path}/evals/baseline/eval.json"
     assert s.hub.private is True and s.hub.push_checkpoints is False and s.hub.attempts == 5
     assert config.from_env({"WEIGHT_TRANSFER": "mock"}).dtype == "float32"
-    assert s.max_staleness is None  # auto: trainer/staleness.py derives it from the batch shape
+    assert s.max_staleness is None  # auto: trainer/rollouts/staleness.py derives it from the batch shape
     assert config.from_env({"MAX_STALENESS": "7"}).max_staleness == 7
     with pytest.raises(EnvError, match="MAX_STALENESS='-1'"):
         config.from_env({"MAX_STALENESS": "-1"})

@@ -1,9 +1,9 @@
-"""The learning curve (trainer/curve.py, trainer/curve_png.py): rows from a log history, resume continuity,
+"""The learning curve (trainer/report/curve.py, trainer/report/curve_png.py): rows from a log history, resume continuity,
 curve.csv's exact text, and a PNG that decodes, is deterministic and has the reward line where it belongs.
 
 The Trainer side is simulated as transformers 5.17.0 runs it: `Trainer.log` appends `{**logs, "step": N}` to
 `state.log_history`, THEN calls each callback's `on_log` with `logs` in order: the periodic evaluation (first)
-adds `eval/*` to `logs`, the curve callback (last) reads it. trainer/curve_callback.py does exactly
+adds `eval/*` to `logs`, the curve callback (last) reads it. trainer/report/curve_callback.py does exactly
 `keep_in_history` + `Curve.log` + `Curve.write` in `on_log`, and `restart` + `write` in `on_train_begin`,
 as the helpers below do.
 """
@@ -15,8 +15,8 @@ import struct
 import subprocess
 import zlib
 
-from trainer import curve, curve_png
-from trainer.curve import Curve
+from trainer.report import curve, curve_png
+from trainer.report.curve import Curve
 
 BASELINE = {"label": "baseline", "pass_at_1": 0.25, "ci_low": 0.1, "ci_high": 0.45, "tasks": 4}
 EVAL_AT_2 = {"eval/pass@1": 0.5, "eval/pass@1_ci_low": 0.3, "eval/pass@1_ci_high": 0.7, "eval/unscorable_frac": 0.0}
@@ -82,6 +82,17 @@ def test_the_evaluation_a_callback_added_survives_into_the_checkpointed_history(
     resumed = Curve(tmp_path)
     resumed.restart(copy.deepcopy(history), None)
     assert resumed.rows() == c.rows() and resumed.rows()[1]["pass_at_1"] == 0.5
+
+
+def test_every_figure_a_callback_added_survives_into_the_checkpointed_history(tmp_path):
+    """Not only the curve's: the served-weights check (trainer/transfer/weights.py) adds its canary gap in `on_log`, and the
+    learning gate reads it from trainer_state.json. Before, only the curve's keys were copied and the gate's check of
+    the gap read an empty history. A key the Trainer's own log already holds keeps the Trainer's value."""
+    history: list[dict] = []
+    c = Curve(tmp_path)
+    served = {"weights/served_gap_nats": 1.5e-7, "weights/engine_stale": 0, "harbor/reward_mean": 0.99}
+    on_log(history, c, 1, train_log(1, 0.25), evals=served)
+    assert history == [{**train_log(1, 0.25), "step": 1, "weights/served_gap_nats": 1.5e-7, "weights/engine_stale": 0}]
 
 
 def test_a_resumed_run_continues_the_curve_with_no_gap_and_no_duplicate_step(tmp_path):

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_a_bad_dashboard_port_is_one_line_naming_the_fix(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "trainer.dashboard"],
+        [sys.executable, "-m", "trainer.report.dashboard"],
         env={
             "PATH": os.environ["PATH"],
             "PYTHONPATH": str(ROOT / "services"),

@@ -1,4 +1,4 @@
-"""A lost engine stops the run with a checkpoint and one line (trainer/engine_gone.py). It is never waited for,
+"""A lost engine stops the run with a checkpoint and one line (trainer/watch/engine_gone.py). It is never waited for,
 re-joined or hung on.
 
 The backend stands in for TRL 1.16.0's WeightTransferClient (or the mock's), through the chain the trainer hands TRL
@@ -18,10 +18,13 @@ import pytest
 import requests
 from openenv.harbor.models import HarborRolloutResult
 
-from trainer import config, engine_gone, waiting, weights
-from trainer.engine_gone import EngineGone, HealthWatch, engine_lost
-from trainer.factory import EnvServerRunner, TaskRef
-from trainer.status import RunStatus
+from trainer import config
+from trainer.rollouts import waiting
+from trainer.rollouts.factory import EnvServerRunner, TaskRef
+from trainer.transfer import weights
+from trainer.watch import engine_gone
+from trainer.watch.engine_gone import EngineGone, HealthWatch, engine_lost
+from trainer.watch.status import RunStatus
 
 ENGINE = "http://127.0.0.1:8001"
 

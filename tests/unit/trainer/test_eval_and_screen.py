@@ -11,11 +11,11 @@ import threading
 import pytest
 from openenv.harbor.models import HarborRolloutResult
 
-from trainer.evaluate import comparison_table, run_attempts, select_tasks, summarize
-from trainer.factory import prompt_row
-from trainer.screen import markdown as screen_markdown
-from trainer.screen import screen
-from trainer.task_select import TaskSelectionError, training_rows
+from trainer.evaluation.evaluate import comparison_table, run_attempts, select_tasks, summarize
+from trainer.evaluation.screen import markdown as screen_markdown
+from trainer.evaluation.screen import screen
+from trainer.rollouts.factory import prompt_row
+from trainer.rollouts.task_select import TaskSelectionError, training_rows
 
 ROWS = [prompt_row("train", i, f"task {i}", f"t{i}") for i in range(5)] + [
     prompt_row("held", i, f"held {i}", f"h{i}") for i in range(2)

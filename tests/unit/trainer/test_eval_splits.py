@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from openenv.harbor.models import HarborRolloutResult
 
-from trainer.evaluate import evaluate, main, resolve_splits, select_tasks
-from trainer.factory import prompt_row
+from trainer.evaluation.evaluate import evaluate, main, resolve_splits, select_tasks
+from trainer.rollouts.factory import prompt_row
 
 STARTER, HELD = "/app/datasets/starter", "/app/datasets/held"
 ROWS = [prompt_row(STARTER, i, f"task {i}", f"s{i}") for i in range(3)] + [prompt_row(HELD, 0, "held 0", "h0")]

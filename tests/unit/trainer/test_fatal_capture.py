@@ -9,8 +9,8 @@ import pytest
 from openenv.harbor.contract import to_training_trace
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
-from trainer.factory import HarborSessionFactory, prompt_row
-from trainer.session import HarborRolloutSession, RolloutFailed, UnscorableCapture
+from trainer.rollouts.factory import HarborSessionFactory, prompt_row
+from trainer.rollouts.session import HarborRolloutSession, RolloutFailed, UnscorableCapture
 
 FATAL = "[FATAL] sampling_policy_changed: upstream did not preserve the session training policy"
 

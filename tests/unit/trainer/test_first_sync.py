@@ -5,7 +5,7 @@ the way TRL 1.16.0's client does: a RuntimeError whose cause is NCCL's own error
 
 import pytest
 
-from trainer.weights import SAFE_DEFAULT, FirstSync, FirstSyncFailed
+from trainer.transfer.weights import SAFE_DEFAULT, FirstSync, FirstSyncFailed
 
 SAFE = {"NCCL_P2P_DISABLE": "1", "NCCL_CUMEM_ENABLE": "0", "VLLM_HOST_IP": "127.0.0.1", "NCCL_SOCKET_IFNAME": "lo"}
 

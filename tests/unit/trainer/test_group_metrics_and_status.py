@@ -1,7 +1,7 @@
 """The `harbor/*` figures the stop rules and status.json read, from known inputs, and status.json's key mapping.
 
 The rates dict is shaped like TRL 1.16.0's worker `_rates` (defaultdict of [num, den], logged as num/den per
-window); the functions are the ones trainer/worker.py calls inside TRL's loop. TRL itself is not on the host:
+window); the functions are the ones trainer/rollouts/worker.py calls inside TRL's loop. TRL itself is not on the host:
 tests/integration/trainer drives the real worker end to end.
 """
 
@@ -10,8 +10,8 @@ import math
 import time
 from collections import defaultdict
 
-from trainer import group_metrics
-from trainer.status import METRICS, RunStatus, console_line, status_fields
+from trainer.rollouts import group_metrics
+from trainer.watch.status import METRICS, RunStatus, console_line, status_fields
 
 
 def window(rates):
@@ -53,7 +53,7 @@ def test_a_re_rendered_rollout_is_forked_even_when_trl_returns_one_row():
     masked, it returns ONE row. Counting rows read 0.0 here (the bug); the tally reads 1.0."""
     rates = fresh()
     group_metrics.add_rollout(rates, sequences=1, loop_exhausted=False, tally=RE_RENDERED_TALLY)
-    # A multi-turn rollout: it also counts toward the retry share (it made none; trainer/retries.py).
+    # A multi-turn rollout: it also counts toward the retry share (it made none; trainer/rollouts/retries.py).
     assert window(rates) == {
         "harbor/forked_rollout_frac": 1.0,
         "harbor/timeout_frac": 0.0,
@@ -123,7 +123,7 @@ def test_run_status_writes_the_documented_file(tmp_path):
 
 
 def test_first_step_line_and_fields_measure_from_the_process_start():
-    from trainer.status import first_step, process_started_at
+    from trainer.watch.status import first_step, process_started_at
 
     # /proc/self/stat field 22 (start time, clock ticks after boot); a command with spaces and ')' in it.
     stat = "4242 (python (x) y) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1000 10"

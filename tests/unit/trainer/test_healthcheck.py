@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.healthcheck import announce, check
+from trainer.watch.healthcheck import announce, check
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = calendar.timegm((2026, 11, 29, 23, 0, 0))
@@ -60,7 +60,7 @@ def test_a_rule_stop_or_a_failure_is_unhealthy_with_its_message():
 
 def run_check(pointer: Path, **env) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainer.healthcheck"],
+        [sys.executable, "-m", "trainer.watch.healthcheck"],
         env={"PYTHONPATH": str(ROOT / "services"), "TRAINER_STATUS_POINTER": str(pointer), **env},
         capture_output=True,
         text=True,

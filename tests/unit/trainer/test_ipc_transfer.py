@@ -21,10 +21,10 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from support import free_port
 
-from trainer import weights
-from trainer.engine_gone import EngineGone
-from trainer.ipc_transfer import IPCWeightTransfer, TorchSender, pick_sender, wire_update_info
-from trainer.weights import FirstSyncFailed
+from trainer.transfer import weights
+from trainer.transfer.ipc_transfer import IPCWeightTransfer, TorchSender, pick_sender, wire_update_info
+from trainer.transfer.weights import FirstSyncFailed
+from trainer.watch.engine_gone import EngineGone
 
 
 class FakeTensor:

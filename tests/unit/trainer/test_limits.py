@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trainer.limits import (
+from trainer.device.limits import (
     BUDGET_QUANTUM,
     DEFAULT_TURNS,
     GC,

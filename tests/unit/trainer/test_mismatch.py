@@ -2,7 +2,7 @@
 step and line, the status.json fields, the console line and scripts/status's line, each exact.
 
 The logs dicts are the trainer's own, key for key: TRL 1.16.0's `kl` and `sample/staleness_mean`, and
-`mismatch/logprob_absdiff_max` from trainer/mismatch.py. The figure's computation inside TRL's loss step is checked
+`mismatch/logprob_absdiff_max` from trainer/watch/mismatch.py. The figure's computation inside TRL's loss step is checked
 in the trainer image (tests/integration/trainer/test_mismatch_trl.py).
 """
 
@@ -13,9 +13,9 @@ import math
 import pytest
 
 from stackstatus import figures, report
-from trainer import mismatch
-from trainer.status import console_line, status_fields
-from trainer.stop_rules import EnvError, StopRules, from_env
+from trainer.watch import mismatch
+from trainer.watch.status import console_line, status_fields
+from trainer.watch.stop_rules import EnvError, StopRules, from_env
 
 
 def step(kl, worst=0.5, staleness=1.0) -> dict:

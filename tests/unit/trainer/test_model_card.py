@@ -1,12 +1,12 @@
 """The model card: front matter, the before/after eval table, the reward summary, settings without secrets."""
 
 from trainer.config import from_env
-from trainer.evaluate import summarize
-from trainer.model_card import card_settings, render, reward_summary
+from trainer.evaluation.evaluate import summarize
+from trainer.hub.model_card import card_settings, render, reward_summary
 
 
 def doc(label, passes, n, step=None):
-    from trainer.evaluate import Attempt
+    from trainer.evaluation.evaluate import Attempt
 
     attempts = [Attempt("/data/held", i, f"h{i}", 0, 1.0 if i < passes else 0.0) for i in range(n)]
     return {**summarize(attempts, [1], label=label, splits=["/data/held"], held_out=True), "step": step}

@@ -1,10 +1,10 @@
-"""pass@k and its intervals, against values worked out by hand (trainer/passk.py)."""
+"""pass@k and its intervals, against values worked out by hand (trainer/evaluation/passk.py)."""
 
 import math
 
 import pytest
 
-from trainer.passk import bootstrap_mean_interval, pass_at_k, suite_pass_at_k, wilson_interval
+from trainer.evaluation.passk import bootstrap_mean_interval, pass_at_k, suite_pass_at_k, wilson_interval
 
 
 def test_unbiased_pass_at_k():

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "standins"))
 from hub import HubStandin  # noqa: E402
 
 from trainer.config import HubSettings  # noqa: E402
-from trainer.publish import HubPublisher, Job  # noqa: E402
+from trainer.hub.publish import HubPublisher, Job  # noqa: E402
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 although OpenEnv's client does not raise it as one.
 
 OpenEnv 0.10.0's `HarborEnv` hides a failed connect behind `TypeError: object NoneType can't be used in 'await'
-expression` (its connect clean-up awaits a method that returns None). Before trainer/factory.transport_failure
+expression` (its connect clean-up awaits a method that returns None). Before trainer/rollouts/factory.transport_failure
 that TypeError stopped a trainer started while the env server was down, and a warm-up whose /health probe passed a
 moment before the env server died. The connect here is the real client's, to a port where nothing listens (or to
 a stand-in that grants the MCP session and answers no websocket). Stand-ins: the /health probe that answered just
@@ -16,8 +16,8 @@ import socket
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
-from trainer import waiting
-from trainer.factory import EnvServerRunner, HarborSessionFactory, prompt_row, transport_failure
+from trainer.rollouts import waiting
+from trainer.rollouts.factory import EnvServerRunner, HarborSessionFactory, prompt_row, transport_failure
 
 SCORED = HarborRolloutResult(
     ok=True,
@@ -91,7 +91,7 @@ def test_a_granted_session_whose_websocket_is_refused_is_found_two_masks_deep(tm
 
     from websockets.exceptions import WebSocketException
 
-    from trainer.factory import TaskRef
+    from trainer.rollouts.factory import TaskRef
 
     class GrantsSessionsOnly(BaseHTTPRequestHandler):
         def do_POST(self):

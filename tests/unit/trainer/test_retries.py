@@ -1,4 +1,4 @@
-"""Dropped-reply retries told apart from forks on token ids (trainer/retries.py), and the figures they feed.
+"""Dropped-reply retries told apart from forks on token ids (trainer/rollouts/retries.py), and the figures they feed.
 
 ChatML-like ids: [START, role, NL, content..., END, NL] per message, GEN the generation prompt. TRL's reconciler
 and metric push are driven end to end in tests/integration/trainer/test_retries_through_trl.py.
@@ -8,8 +8,8 @@ from collections import defaultdict
 from types import SimpleNamespace
 
 from stackstatus import figures
-from trainer import group_metrics, retries
-from trainer.status import status_fields
+from trainer.rollouts import group_metrics, retries
+from trainer.watch.status import status_fields
 
 START, ASSISTANT, USER, NL, END = 100, 101, 102, 103, 104
 GEN = [START, ASSISTANT, NL]

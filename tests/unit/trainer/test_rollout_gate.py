@@ -1,4 +1,4 @@
-"""The gate a pre-spawned rollout child waits at (trainer/rollout_gate.py), across a real spawned process:
+"""The gate a pre-spawned rollout child waits at (trainer/rollouts/rollout_gate.py), across a real spawned process:
 it holds until opened and then hands over the start index; a closed gate or a dead parent releases the
 child without a start index, so no rollout starts. TRL's side (the worker's prestart/start, the resume
 position) is tested in the trainer image: tests/integration/trainer/test_early_rollout_child.py."""
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from trainer.rollout_gate import StartGate
+from trainer.rollouts.rollout_gate import StartGate
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_a_child_whose_parent_died_leaves_without_a_start(gate, tmp_path):
         f"""
         import multiprocessing as mp, sys, time
         sys.path[:0] = {sys.path!r}
-        from trainer.rollout_gate import StartGate
+        from trainer.rollouts.rollout_gate import StartGate
 
         def child(path, result):
             start = StartGate(path).wait(poll_s=0.02)

@@ -1,4 +1,4 @@
-"""The served-weights check (trainer/served_check.py): after each push the engine's logprobs on a canary against
+"""The served-weights check (trainer/transfer/served_check.py): after each push the engine's logprobs on a canary against
 the trainer's own, for every backend.
 
 Test doubles, each saying what it stands for: `Weights` is a one-number "model" whose logprobs depend on it (no torch
@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainer import engine_gone, weights
-from trainer.served_check import (
+from trainer.transfer import weights
+from trainer.transfer.served_check import (
     CANARY_PROMPT,
     CANARY_SEED,
     CANARY_TOKENS,
@@ -30,6 +30,7 @@ from trainer.served_check import (
     WeightsNotServed,
     engine_canary,
 )
+from trainer.watch import engine_gone
 
 IDS = [5, 6, 7, 8, 9, 10]
 SAMPLED = 4

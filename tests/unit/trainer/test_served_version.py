@@ -1,9 +1,9 @@
-"""After every weight push the engine is asked which weights it serves (trainer/weights.py ServedVersion).
+"""After every weight push the engine is asked which weights it serves (trainer/transfer/weights.py ServedVersion).
 
 The engine here is a stand-in probe (the real mock engine's answer is checked in tests/integration/mock_engine,
 test_weights.py); the backend records TRL's call order."""
 
-from trainer.weights import ServedVersion
+from trainer.transfer.weights import ServedVersion
 
 
 class Backend:

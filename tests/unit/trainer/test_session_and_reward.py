@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
-from trainer import config, group_metrics
-from trainer import reward as reward_mod
-from trainer.factory import HarborSessionFactory, TaskRef, prompt_row, task_ref_from_prompt
-from trainer.reward import HarborReward, RewardKeyMissing, base_reward
-from trainer.session import RolloutFailed, mask_zero_filled
+from trainer import config
+from trainer.rollouts import group_metrics
+from trainer.rollouts import reward as reward_mod
+from trainer.rollouts.factory import HarborSessionFactory, TaskRef, prompt_row, task_ref_from_prompt
+from trainer.rollouts.reward import HarborReward, RewardKeyMissing, base_reward
+from trainer.rollouts.session import RolloutFailed, mask_zero_filled
 
 PROMPT1, OUT1 = [1, 2, 3], [4, 5, 6, 7]
 PROMPT2 = PROMPT1 + OUT1 + [8, 9]
@@ -216,7 +217,7 @@ def test_rows_of_unscorable_rollouts_are_not_trained():
 def test_what_the_worker_sends_to_its_child_pickles():
     import functools
 
-    from trainer.factory import EnvServerRunner
+    from trainer.rollouts.factory import EnvServerRunner
 
     runner = EnvServerRunner("http://127.0.0.1:8000", "mini-swe-agent", "e2b", "http://127.0.0.1:8001/v1", "m", 12, 900)
     factory = functools.partial(HarborSessionFactory, runner=runner, reward_key="")

@@ -1,14 +1,15 @@
 """TRL's stale-sample rule, modelled event by event, and the max_staleness the trainer passes (pure, host venv).
 
-The model's assumptions (trainer/staleness.py): 8 generations, 8 rollout slots, rollouts lognormal around 300 s
+The model's assumptions (trainer/rollouts/staleness.py): 8 generations, 8 rollout slots, rollouts lognormal around 300 s
 (cv 0.5), 20 s per optimizer step, TRL's stamping (a group at its first dispatch) and dropping (at dequeue).
 """
 
 from stackstatus import figures
-from trainer import config, staleness
-from trainer.limits import DEFAULT_TURNS, DroppedSampleCounter, stale_frac
-from trainer.status import METRICS
-from trainer.stop_rules import from_env as rules_from_env
+from trainer import config
+from trainer.device.limits import DEFAULT_TURNS, DroppedSampleCounter, stale_frac
+from trainer.rollouts import staleness
+from trainer.watch.status import METRICS
+from trainer.watch.stop_rules import from_env as rules_from_env
 
 
 def dropped(per_step: int, max_staleness: int, **kw) -> float:

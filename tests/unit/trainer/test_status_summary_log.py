@@ -1,6 +1,6 @@
-"""status.json through the Trainer's end-of-training summary log (trainer/summary_log.py).
+"""status.json through the Trainer's end-of-training summary log (trainer/watch/summary_log.py).
 
-StatusCallback.on_log (trainer/status_callback.py, needs transformers) is `status.update(step=state.global_step,
+StatusCallback.on_log (trainer/watch/status_callback.py, needs transformers) is `status.update(step=state.global_step,
 **status_fields(logs))`; this feeds the same calls with the logs TRL 1.16.0 hands it at the end of a run.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from trainer.status import RunStatus, status_fields
+from trainer.watch.status import RunStatus, status_fields
 
 
 def on_log(status: RunStatus, step: int, logs: dict) -> dict:

@@ -7,7 +7,7 @@ test (tests/integration/trainer/test_cpu_training.py) with a forced-forking mock
 
 import pytest
 
-from trainer.stop_rules import EnvError, StopRules, from_env
+from trainer.watch.stop_rules import EnvError, StopRules, from_env
 
 HEALTHY = {"rollout/fork_frac": 0.0, "harbor/unscorable_frac": 0.0, "harbor/zero_spread_frac": 0.5}
 
@@ -101,7 +101,7 @@ def test_bad_settings_are_refused_with_the_fix(env, message):
 
 def test_the_end_of_training_summary_trips_nothing():
     """transformers' summary log comes after the last step, and TRL fills it with the figures of groups never trained
-    on (trainer/summary_log.py): it must not turn a finished run into a stopped one (the first full learning-gate
+    on (trainer/watch/summary_log.py): it must not turn a finished run into a stopped one (the first full learning-gate
     run ended `stopped-by-rule` at its last step that way)."""
     rules = StopRules({"STOP_FORKING_FRAC": 0.5}, window=2)
     assert feed(rules, [{"rollout/fork_frac": 1.0}]) is None

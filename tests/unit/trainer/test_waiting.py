@@ -6,8 +6,8 @@ import json
 
 from openenv.harbor.models import HarborRolloutResult
 
-from trainer import waiting
-from trainer.factory import EnvServerRunner, TaskRef
+from trainer.rollouts import waiting
+from trainer.rollouts.factory import EnvServerRunner, TaskRef
 
 REFUSED = HarborRolloutResult(
     ok=False,

@@ -3,9 +3,9 @@ share server cannot be reached from here, which is the failure under test)."""
 
 import httpx
 
+from stack.readers.tunnel_check import load
 from tunnel_check import probe
 from tunnel_check.discover import Discovery
-from tunnel_check.settings import load
 
 
 def no_http(request):

@@ -11,8 +11,9 @@ import pytest
 
 from stack import handoff
 from stack.env import EnvError
+from stack.readers import tunnel_check as settings
 from tunnel_check import monitor as monitor_mod
-from tunnel_check import probe, settings
+from tunnel_check import probe
 from tunnel_check.monitor import CHECK_CRASHED, Monitor
 
 URL = "http://172.17.0.1:8100"

@@ -3,7 +3,8 @@ publish a new URL as soon as it verifies. Verdicts are fed directly (the checks 
 covered by test_probe and the integration suite); the hand-off is the real one in a temp folder."""
 
 from stack import handoff
-from tunnel_check import probe, settings
+from stack.readers import tunnel_check as settings
+from tunnel_check import probe
 from tunnel_check.monitor import Monitor
 
 

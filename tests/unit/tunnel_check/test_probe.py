@@ -109,7 +109,7 @@ def test_non_200_json_is_an_unexpected_status():
     )
 
 
-def test_timeout():
+def test_a_url_that_does_not_answer_in_time_is_a_timeout_naming_the_wait():
     def slow(request):
         raise httpx.ReadTimeout("timed out", request=request)
 

@@ -9,7 +9,8 @@ import pytest
 from stack import handoff
 from stack.env import EnvError
 from stack.facts import HANDOFF_FILE
-from tunnel_check import health, settings
+from stack.readers import tunnel_check as settings
+from tunnel_check import health
 
 BASE = {"TUNNEL_PROVIDER": "cloudflared", "TUNNEL_METRICS_PORT": "20241", "CAPTURE_PORT": "8100"}
 

@@ -38,7 +38,7 @@ spec:
       # liveness: compose does not restart a stuck trainer either; the status says why it is stuck.
       readinessProbe:
         exec:
-          command: ["python", "-m", "trainer.healthcheck"]
+          command: ["python", "-m", "trainer.watch.healthcheck"]
         periodSeconds: 30
         timeoutSeconds: 10
         failureThreshold: 2

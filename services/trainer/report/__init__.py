@@ -1,0 +1,1 @@
+"""Reporting: where metrics go, the dashboard, the learning curve (CSV and PNG)."""

@@ -1,0 +1,86 @@
+"""Where the trainer's metrics go (REPORT_TO) and where each backend keeps its files.
+
+- trackio (default) and tensorboard write under `<bucket>/dashboards/`, so the run's dashboard outlives
+  the host and the `dashboard` compose profile (trainer.report.dashboard) can serve it from the bucket.
+  `TRACKIO_SPACE_ID`, when set, also sends trackio's logs to that Hugging Face Space.
+- wandb sends them to Weights & Biases; its key, `WANDB_API_KEY`, is a secret of the trainer alone.
+  Its local files go under the bucket too (`WANDB_DIR`), so an offline run can be synced later.
+- none logs nowhere but the console and status.json.
+
+Stdlib only: the dashboard service and the trainer's early checks import it before torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+
+from stack.env import Env, EnvError, Field
+from stack.fields import REPORT_TO_CHOICES as CHOICES
+
+PROJECT = "asyncgrpo-harbor"
+FIELDS = (
+    Field("TRACKIO_SPACE_ID", "text", "", "trackio: also log to this Hugging Face Space; empty: the bucket only"),
+    Field("WANDB_API_KEY", "text", "", "Weights & Biases key for REPORT_TO=wandb (the trainer only)", secret=True),
+    Field("WANDB_PROJECT", "text", PROJECT, "W&B project the runs are logged under"),
+)
+
+
+def backend(report_to: str) -> str:
+    value = (report_to or "none").strip().lower()
+    if value not in CHOICES:
+        raise EnvError(f"REPORT_TO={report_to!r} is not one of {', '.join(CHOICES)}")
+    return value
+
+
+# Set (to anything) where the key exists but is not passed: preflight checks REPORT_TO=wandb before anything
+# is paid for, and the key is a secret of the trainer alone, so compose hands preflight only whether it is set
+# (`WANDB_API_KEY_SET: ${WANDB_API_KEY:+set}`).
+KEY_SET = "WANDB_API_KEY_SET"
+MISSING_KEY = (
+    "REPORT_TO=wandb needs WANDB_API_KEY: put it in .env (the trainer alone receives it), "
+    "or use REPORT_TO=trackio for a dashboard on the bucket"
+)
+
+
+def missing_key(report_to: str, env: Mapping[str, str]) -> str | None:
+    """The one line when the chosen backend cannot log for want of its key, else None."""
+    if backend(report_to) != "wandb":
+        return None
+    read = Env(env)
+    if read.get(FIELDS[1]) or read.text(KEY_SET):
+        return None
+    return MISSING_KEY
+
+
+def check(report_to: str, env: Mapping[str, str]) -> None:
+    """Refuse, before the model loads, a backend that cannot log."""
+    line = missing_key(report_to, env)
+    if line:
+        raise EnvError(line)
+
+
+def log_dirs(dashboard_dir: Path, run_name: str) -> dict[str, str]:
+    return {
+        "TRACKIO_DIR": str(dashboard_dir / "trackio"),
+        "TENSORBOARD_LOGGING_DIR": str(dashboard_dir / "tensorboard" / run_name),
+        "WANDB_DIR": str(dashboard_dir / "wandb"),
+    }
+
+
+def prepare(report_to: str, dashboard_dir: Path, run_name: str, env: MutableMapping[str, str] | None = None):
+    """(TrainingArguments' `report_to` list, extra TrainingArguments fields). Sets each backend's folder
+    in `env` first: trackio reads its folder once, at import, so this runs before anything imports it."""
+    env = os.environ if env is None else env
+    for name, value in log_dirs(dashboard_dir, run_name).items():
+        env.setdefault(name, value)
+    env.setdefault("WANDB_PROJECT", FIELDS[2].default)
+    chosen = backend(report_to)
+    if chosen == "none":
+        return [], {}
+    extra = {}
+    if chosen == "trackio":
+        # transformers 5.17 passes `trackio_space_id` to trackio.init; None keeps the logs local only.
+        extra["trackio_space_id"] = Env(env).get(FIELDS[0]) or None
+    return [chosen], extra
