@@ -56,8 +56,12 @@ from trainer.watch.stop_rules import StopRules
 PROJECT = "asyncgrpo-learn"
 # Its own ports, away from the smoke test's, the fault suite's and the defaults.
 PORTS = {"ENGINE_PORT": 18811, "ENV_SERVER_PORT": 18810, "CAPTURE_PORT": 18910, "TUNNEL_METRICS_PORT": 18951}
-MAX_STEPS = 12
-STOP_AT = 6  # SIGTERM once this step is logged: the resume check, mid-curve
+# 15, not 12: CI's run of 2026-12-03 at 12 steps learned on its train tasks (the last four steps' reward 0.79 0.66
+# 0.92 0.66) but reached only 35.4% [23.4%, 49.6%] held-out against a baseline of 18.8% [10.2%, 31.9%], and failed;
+# the four other 12-step runs reached 72.9-89.6%. Every 15-step run through the stack (89.6%, 75.0%, 77.1%) and
+# offline (87.5%, 90.6%) cleared its baseline. Three more steps cost about 3 min of the gate's 16-26.
+MAX_STEPS = 15
+STOP_AT = 7  # SIGTERM once this step is logged: the resume check, mid-curve
 SAVE_STEPS = 5
 MISMATCH_BOUND = 0.02  # STOP_MISMATCH_KL's default (trainer/watch/stop_rules.py)
 # A step whose every sample was drawn by the weights the trainer holds (staleness 0: the first step, the first after
@@ -120,6 +124,23 @@ def trained_tasks(stack) -> list[tuple[float, str]]:
     return sorted(out)
 
 
+def held_out_answers(stack, after: float, before: float = float("inf")) -> str:
+    """What the held-out attempts that finished in (after, before] wrote to the answer file, counted by letter:
+    the verifier's own words (datasets/pick-answer: reward 1 for C, else "answer 'X' is not the rewarded one").
+    A failed gate then says which failure it was: C not learned (other letters), or the action format broken
+    (nothing written). CI's failing run of 2026-12-03 could not tell them apart from what it printed."""
+    seen: Counter = Counter()
+    for result in stack.trials.glob(f"{PROJECT}--heldout-*/result.json"):
+        if not after < result.stat().st_mtime <= before:
+            continue
+        verifier = result.parent / "verifier"
+        reward = (verifier / "reward.txt").read_text().strip() if (verifier / "reward.txt").is_file() else ""
+        said = (verifier / "test-stdout.txt").read_text() if (verifier / "test-stdout.txt").is_file() else ""
+        m = re.search(r"answer '([^']*)' is not the rewarded one", said)
+        seen["C" if reward == "1" else (m.group(1) or "nothing") if m else "unscored"] += 1
+    return " ".join(f"{k} {n}" for k, n in sorted(seen.items(), key=lambda kv: -kv[1])) or "none found"
+
+
 def log_history(stack) -> list[dict]:
     """The run's per-step logs as the Trainer kept them (the last checkpoint's trainer_state.json): a resumed
     run carries the steps before its stop, so this is the whole curve."""
@@ -172,6 +193,8 @@ def test_baseline_on_the_held_out_split(stack):
     doc = json.loads((stack.bucket / "evals" / "baseline" / "eval.json").read_text())
     assert doc["held_out"] is True and (doc["tasks"], doc["attempts"]) == (24, 48) and doc["unscorable"] == 0, doc
     stack.baseline = doc
+    stack.t_baseline_done = time.time()
+    stack.figures["baseline answers"] = held_out_answers(stack, t0)
     b, lo, hi = pass_at_1(doc)
     stack.figures["baseline"] = f"pass@1 {b:.3f} [{lo:.3f}, {hi:.3f}] in {time.time() - t0:.0f} s (stack up included)"
 
@@ -260,6 +283,8 @@ def test_the_policy_learned_because_of_the_weights(stack):
     failures = gate_failures(stack.baseline, final, rewards)
     f, lo, hi = pass_at_1(final)
     stack.figures["final"] = f"pass@1 {f:.3f} [{lo:.3f}, {hi:.3f}]"
+    # The final evaluation's attempts are the only held-out trials after the baseline's.
+    stack.figures["final answers"] = held_out_answers(stack, stack.t_baseline_done)
     stack.figures["reward by step"] = " ".join(f"{rewards[s]:.2f}" for s in sorted(rewards))
     # The engine and the trainer agree on the sampled tokens' logprobs. `mismatch/kl_mean` also carries the policy's
     # drift over each sample's staleness (trainer/watch/mismatch.py), so it is judged by STOP_MISMATCH_KL's own rule over
