@@ -132,6 +132,18 @@ FIELDS = Table(
         above=0,
         maximum=1e-2,
     ),
+    # TRL 1.16.0 (async_grpo_config.py) keeps the learning rate constant by default, because a decay horizon in
+    # optimizer steps is unknown when the run is bounded by epochs; this stack always sets MAX_STEPS, so a decay
+    # reaches zero at the last step. The learning gate runs cosine: at a constant 3e-4 its policy learned the letter
+    # by step 6 and the later steps, whose only reward spread was a valid action against a broken one, broke the
+    # action format (CI's run of 2026-12-03: 17 of 48 held-out attempts wrote nothing after 15 steps).
+    Field(
+        "LR_SCHEDULER",
+        "choice",
+        "constant",
+        "learning-rate schedule over MAX_STEPS (TRL's lr_scheduler_type)",
+        choices=("constant", "linear", "cosine"),
+    ),
     Field(
         "TEMPERATURE",
         "number",

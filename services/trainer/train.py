@@ -137,7 +137,7 @@ def run(s: Settings, runner=None, rules: StopRules | None = None) -> None:
     print(f"trainer: {rules.describe()}", flush=True)
     chosen = precision.choose(s.weight_transfer, s.dtype)
     print(
-        f"trainer: {chosen.describe()} at learning rate {s.learning_rate:g}; max_staleness "
+        f"trainer: {chosen.describe()} at learning rate {s.learning_rate:g} ({s.lr_scheduler}); max_staleness "
         f"{staleness.max_staleness_for(s)} steps" + ("" if s.max_staleness is not None else " (auto)"),
         flush=True,
     )
@@ -268,6 +268,7 @@ def trl_config(s: Settings, report_to, report_args: dict, cpu: bool):
         project="asyncgrpo-harbor",
         max_steps=s.max_steps,
         learning_rate=s.learning_rate,
+        lr_scheduler_type=s.lr_scheduler,
         num_generations=s.num_generations,
         max_completion_length=s.max_completion_tokens,
         temperature=s.temperature,

@@ -10,6 +10,7 @@ whole group per step, where TRL's 4 already fits.
 Runs in the trainer image: tests/run-in-image trainer -q tests/integration/trainer/test_production_trl_config.py
 """
 
+import transformers
 import transformers.training_args
 
 from trainer import config, train
@@ -26,6 +27,23 @@ def test_production_defaults_reach_trl(tmp_path, monkeypatch):
     args = trl(tmp_path)
     assert (args.dtype, args.bf16, args.fp16) == ("float32", True, False)
     assert (args.learning_rate, args.max_staleness, args.token_budget) == (1e-6, 16, 32768)
+    assert args.lr_scheduler_type == "constant"  # TRL's own default: production runs are not decayed unasked
+
+
+def test_a_decaying_schedule_reaches_the_scheduler_trl_builds(tmp_path):
+    # The learning gate's schedule (compose.learn.yaml): cosine from LEARNING_RATE at the first step to ~0 at the last.
+    import torch
+
+    args = trl(tmp_path, WEIGHT_TRANSFER="mock", LR_SCHEDULER="cosine", LEARNING_RATE="3e-4", MAX_STEPS="15")
+    assert args.lr_scheduler_type == "cosine"
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=args.learning_rate)
+    sched = transformers.get_scheduler(args.lr_scheduler_type, opt, num_warmup_steps=0, num_training_steps=15)
+    lrs = []
+    for _ in range(15):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == 3e-4 and lrs == sorted(lrs, reverse=True) and lrs[-1] < 3e-4 * 0.02, lrs
 
 
 def test_cpu_form_defaults_reach_trl(tmp_path):
