@@ -56,10 +56,9 @@ from trainer.watch.stop_rules import StopRules
 PROJECT = "asyncgrpo-learn"
 # Its own ports, away from the smoke test's, the fault suite's and the defaults.
 PORTS = {"ENGINE_PORT": 18811, "ENV_SERVER_PORT": 18810, "CAPTURE_PORT": 18910, "TUNNEL_METRICS_PORT": 18951}
-# 15, not 12: CI's run of 2026-12-03 at 12 steps learned on its train tasks (the last four steps' reward 0.79 0.66
-# 0.92 0.66) but reached only 35.4% [23.4%, 49.6%] held-out against a baseline of 18.8% [10.2%, 31.9%], and failed;
-# the four other 12-step runs reached 72.9-89.6%. Every 15-step run through the stack (89.6%, 75.0%, 77.1%) and
-# offline (87.5%, 90.6%) cleared its baseline. Three more steps cost about 3 min of the gate's 16-26.
+# 15 steps with the rate decayed to zero at the last (compose.learn.yaml: LR_SCHEDULER=cosine). CI's 12-step run at a
+# constant 3e-4 failed at 35.4% held-out, and a 15-step one passed by 0.009 with 17 of 48 attempts writing nothing:
+# the letter was learned by step 6 and the constant-rate steps after it broke the action format (docs/LEARNING.md).
 MAX_STEPS = 15
 STOP_AT = 7  # SIGTERM once this step is logged: the resume check, mid-curve
 SAVE_STEPS = 5
