@@ -123,14 +123,14 @@ def trained_tasks(stack) -> list[tuple[float, str]]:
     return sorted(out)
 
 
-def held_out_answers(stack, after: float, before: float = float("inf")) -> str:
-    """What the held-out attempts that finished in (after, before] wrote to the answer file, counted by letter:
+def held_out_answers(stack, after: float) -> str:
+    """What the held-out attempts that finished after `after` wrote to the answer file, counted by letter:
     the verifier's own words (datasets/pick-answer: reward 1 for C, else "answer 'X' is not the rewarded one").
     A failed gate then says which failure it was: C not learned (other letters), or the action format broken
     (nothing written). CI's failing run of 2026-12-03 could not tell them apart from what it printed."""
     seen: Counter = Counter()
     for result in stack.trials.glob(f"{PROJECT}--heldout-*/result.json"):
-        if not after < result.stat().st_mtime <= before:
+        if result.stat().st_mtime <= after:
             continue
         verifier = result.parent / "verifier"
         reward = (verifier / "reward.txt").read_text().strip() if (verifier / "reward.txt").is_file() else ""
