@@ -134,9 +134,7 @@ FIELDS = Table(
     ),
     # TRL 1.16.0 (async_grpo_config.py) keeps the learning rate constant by default, because a decay horizon in
     # optimizer steps is unknown when the run is bounded by epochs; this stack always sets MAX_STEPS, so a decay
-    # reaches zero at the last step. The learning gate runs cosine: at a constant 3e-4 its policy learned the letter
-    # by step 6 and the later steps, whose only reward spread was a valid action against a broken one, broke the
-    # action format (CI's run of 2026-12-03: 17 of 48 held-out attempts wrote nothing after 15 steps).
+    # reaches zero at the last step. Why the learning gate decays it: compose.learn.yaml, docs/LEARNING.md.
     Field(
         "LR_SCHEDULER",
         "choice",
