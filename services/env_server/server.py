@@ -184,9 +184,10 @@ def main() -> None:
         fail(str(exc))
     lines.append(retention.describe())
     if SANDBOXES.get(settings.sandbox).host_docker:
-        from . import sandbox_stop
+        from . import sandbox_calls, sandbox_stop
 
         lines.append(sandbox_stop.install())
+        lines.append(sandbox_calls.install())
     os.environ["OPENENV_HARBOR_TRIALS_DIR"] = settings.trials_dir
 
     # The task images build from here on, in the background, while the engine loads (prebuild.py); each

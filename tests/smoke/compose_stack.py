@@ -1,5 +1,5 @@
 """Drive the CPU form under `docker compose` for the smoke test: bring it up, record what happened
-(Docker's own event stream and memory samples, not our services' word for it), and tear it down."""
+(Docker's own event stream and the containers' cgroups, not our services' word for it), and tear it down."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from cpu_ledger import CpuLedger
 from cpu_ledger import summary as cpu_summary
+from service_log import ServiceLog
 from support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +57,7 @@ class Stack:
     env_file: Path
     env: dict[str, str]
     events: list[dict] = field(default_factory=list)
-    peak_mem_bytes: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
+    _logs: dict[str, ServiceLog] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
     _events_proc: subprocess.Popen | None = None
     # The compose project this driver owns; the fault suite (tests/faults) runs its own.
@@ -143,25 +143,25 @@ class Stack:
                     }
                 )
 
-        def sample_memory() -> None:
-            while not self._stop.wait(2.0):
-                out = run(["docker", "stats", "--no-stream", "--format", "{{.Name}} {{.MemUsage}}"], check=False)
-                total = sum(
-                    _bytes(line.split()[1])
-                    for line in out.stdout.splitlines()
-                    if line.startswith(self.project) and len(line.split()) > 1
-                )
-                self.peak_mem_bytes = max(self.peak_mem_bytes, total)
-
-        for target in (read_events, sample_memory):
-            t = threading.Thread(target=target, daemon=True)
-            t.start()
-            self._threads.append(t)
+        t = threading.Thread(target=read_events, daemon=True)
+        t.start()
+        self._threads.append(t)
 
     def stop_recording(self) -> None:
-        self._stop.set()
         if self._events_proc:
             self._events_proc.terminate()
+
+    @property
+    def peak_mem_bytes(self) -> int:
+        """The most memory the project's containers held at once, from the CPU ledger's cgroup samples."""
+        ledger = getattr(self, "ledger", None)
+        return ledger.peak_mem_bytes if ledger else 0
+
+    def log(self, service: str) -> str:
+        """`docker compose logs --no-color <service>`'s text: from Docker's log file where it can be followed
+        (service_log.py: the suites poll this every few seconds), else from compose."""
+        text = self._logs.setdefault(service, ServiceLog(self.project, service)).read()
+        return text if text is not None else self.compose("logs", "--no-color", service, check=False).stdout
 
     def first(self, service: str, status: str) -> float | None:
         times = [e["time"] for e in self.events if e["service"] == service and e["status"].startswith(status)]
@@ -187,17 +187,6 @@ class Stack:
         ps = self.compose("ps", "--all", check=False).stdout
         logs = self.compose("logs", "--no-color", "--tail", "200", check=False).stdout
         return f"--- docker compose ps ---\n{ps}\n--- docker compose logs (last 200 per service) ---\n{logs}"
-
-
-def _bytes(text: str) -> int:
-    units = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "kB": 1000, "MB": 1000**2, "GB": 1000**3}
-    for unit in sorted(units, key=len, reverse=True):
-        if text.endswith(unit):
-            try:
-                return int(float(text[: -len(unit)]) * units[unit])
-            except ValueError:
-                return 0
-    return 0
 
 
 def listening_sockets(project: str) -> set[tuple[str, int]]:
@@ -317,7 +306,7 @@ def run_status(stack) -> dict:
 
 
 def trainer_log(stack) -> str:
-    return stack.compose("logs", "--no-color", "trainer", check=False).stdout
+    return stack.log("trainer")
 
 
 def steps_logged(stack) -> list[int]:

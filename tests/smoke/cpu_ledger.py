@@ -11,6 +11,9 @@ whatever their lifetimes). The host side is /proc/stat's busy time minus the con
 (dockerd, containerd, their shims, fuse-overlayfs, sampled per process) and what is left (each `docker
 compose` call Harbor makes per trial, runc, the test process itself).
 
+The stack's peak memory comes from the same samples (each container's cgroup, what `docker stats` reports),
+where the suites used to ask `docker stats` every 2 s.
+
 Figures from one run only mean something beside the rollouts they paid for: `per_rollout` divides by the
 number the caller counted (the trial folders that finished).
 """
@@ -64,6 +67,23 @@ def container_s(cid: str) -> float | None:
     for stat in (_V2 / cid / "cpu.stat", _V2_SYSTEMD / f"docker-{cid}.scope" / "cpu.stat"):
         if stat.exists():
             return _v2_usage_s(stat)
+    return None
+
+
+def container_memory_bytes(cid: str) -> int | None:
+    """What `docker stats` reports as a container's memory: usage less the inactive file cache (read from the
+    cgroup, where `docker stats` asks the daemon for the same two numbers)."""
+    for folder, usage_name, inactive_name in (
+        (Path("/sys/fs/cgroup/memory/docker") / cid, "memory.usage_in_bytes", "total_inactive_file"),
+        (_V2 / cid, "memory.current", "inactive_file"),
+        (_V2_SYSTEMD / f"docker-{cid}.scope", "memory.current", "inactive_file"),
+    ):
+        try:
+            usage = int((folder / usage_name).read_text())
+            stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines())
+        except (OSError, ValueError):
+            continue
+        return usage - min(usage, int(stat.get(inactive_name, 0)))
     return None
 
 
@@ -124,6 +144,8 @@ class CpuLedger:
     _daemons: dict[int, tuple[str, int]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    # The most memory the project's containers (services and sandboxes) held at one sample.
+    peak_mem_bytes: int = 0
 
     def start(self) -> CpuLedger:
         docker = docker_total_s()
@@ -142,6 +164,7 @@ class CpuLedger:
             self._sample()
 
     def _sample(self, initial: bool = False) -> None:
+        memory = 0
         for cid in _live_containers():
             used = container_s(cid)
             if used is None:
@@ -161,6 +184,9 @@ class CpuLedger:
                 self._containers[cid] = [used if initial else 0.0, used, who]
             else:
                 row[1] = used
+            if self._containers[cid][2] != "other containers":
+                memory += container_memory_bytes(cid) or 0
+        self.peak_mem_bytes = max(self.peak_mem_bytes, memory)
         for pid, (comm, ticks) in _daemon_ticks().items():
             self._daemons[pid] = (comm, ticks)
 

@@ -30,8 +30,10 @@ from compose_stack import (
     listening_sockets,
     prepare_run,
     run,
+    steps_logged,
     task_images,
 )
+from service_log import ServiceLog
 from support import free_ports
 
 UP_TIMEOUT_S = 30 * 60
@@ -178,6 +180,16 @@ def test_a_checkpoint_landed_on_the_bucket(trained):
     last = run_dir / "checkpoint-2"
     assert json.loads((last / "trainer_state.json").read_text())["global_step"] == 2
     assert any(p.suffix in (".safetensors", ".bin") for p in last.rglob("*")), sorted(last.rglob("*"))
+
+
+def test_the_trainer_log_read_from_dockers_file_holds_what_compose_prints(trained):
+    """The suites wait on step lines read from Docker's json log file (service_log.py), not from compose."""
+    from_file = ServiceLog(trained.project, "trainer").read()
+    assert from_file is not None, "Docker's log file for the trainer could not be read (run the suites as root)"
+    from_compose = trained.compose("logs", "--no-color", "trainer", check=False).stdout
+    # The same lines; compose may print a line from stderr before one from stdout written earlier.
+    assert sorted(from_file.splitlines()) == sorted(from_compose.splitlines())
+    assert steps_logged(trained) == [1, 2], from_file[-2000:]
 
 
 def test_rollouts_ran_the_agent_in_sandboxes_with_token_ids_and_no_forking(trained):

@@ -333,6 +333,8 @@ def test_rollout_runs_in_a_docker_sandbox_through_the_new_url(stack):
     log = (trial / "trial.log").read_text()
     assert f"api_base={second}/v1" in log and first not in log
     assert "uv tool install" not in log  # preinstalled: nothing downloaded in the sandbox
+    # The sandbox's exec and cp calls went to its container through `docker`, not compose (sandbox_calls.py).
+    assert "sandbox calls: exec and cp go to container " in log, log[-3000:]
 
 
 def _models(port: int) -> bool:
