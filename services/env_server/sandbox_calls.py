@@ -13,6 +13,10 @@ largest share of the learning gate's CPU (523 of 1,913 CPU-s on 2 cores, about 1
 own labels, as docker_unix.py's engine-cp fallback finds it); everything else (build, up, down, config,
 sidecar services, a flag this module does not know) goes to compose as before. Harbor's own output
 collection, timeouts and error handling run unchanged on either. E2B sandboxes never reach this method.
+
+One compose call a trial is not needed at all and is skipped (`skipped`): the `down` before a new session's
+first `up`. Each trial's `trial.log` says what went where. (A trial's builds are sandbox_stop.py's part: `up`
+no longer builds the image Harbor's `build` has just built.)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import asyncio
 from typing import Any
 
 MAIN = "main"  # harbor.environments.docker.MAIN_SERVICE_NAME
+_UP_TRIED_ATTR = "_asyncgrpo_up_tried"
 # Verbs after which the main service's container may be another one (or none): resolve it again.
 _CHANGES_CONTAINER = frozenset({"up", "down", "stop", "start", "restart", "rm", "kill", "create"})
 # `compose exec` flags Harbor passes that `docker exec` spells the same, each with one value.
@@ -73,6 +78,16 @@ async def _main_container(env: Any) -> str | None:
     return container
 
 
+def skipped(env: Any, command: list[str]) -> str | None:
+    """Why Harbor's `command` need not run at all for `env`, or None: the `down --remove-orphans` before the
+    environment's first `up`. Harbor clears what an earlier run under the same session id left, and OpenEnv
+    names every rollout's session afresh (`<stack>--<task>-<hex8>`); what a killed server left is reaped at
+    start (sandboxes.py). A start that got as far as `up` and is tried again still runs it."""
+    if command == ["down", "--remove-orphans"] and not getattr(env, _UP_TRIED_ATTR, False):
+        return "a new session id has nothing to remove"
+    return None
+
+
 def install() -> str:
     """Wrap DockerEnvironment._run_docker_compose_command (idempotent). Returns the startup report's line."""
     from harbor.environments.docker.docker import DockerEnvironment
@@ -91,6 +106,14 @@ def install() -> str:
     ) -> Any:
         if command and command[0] in _CHANGES_CONTAINER:
             setattr(self, _CONTAINER_ATTR, None)
+        if command and command[0] == "up":
+            setattr(self, _UP_TRIED_ATTR, True)
+        why = skipped(self, command)
+        if why:
+            from harbor.environments.base import ExecResult
+
+            self.logger.debug(f"sandbox calls: compose {command[0]} skipped: {why}")
+            return ExecResult(stdout="", stderr=None, return_code=0)
         container = await _main_container(self) if command and command[0] in ("exec", "cp") else None
         args = engine_args(command, container, stdin_data is not None) if container else None
         if args is None:
@@ -119,4 +142,4 @@ def install() -> str:
 
     run.__wrapped__ = original  # type: ignore[attr-defined]
     DockerEnvironment._run_docker_compose_command = run
-    return "sandbox   exec and cp: `docker` on the sandbox's container (up, down and builds: `docker compose`)"
+    return "sandbox   exec and cp: `docker` on the sandbox's container (build, up and down: `docker compose`)"

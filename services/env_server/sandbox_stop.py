@@ -12,6 +12,11 @@ Nothing in a sandbox needs a graceful stop by then: the verifier has run and the
 collected. So `main` gets `stop_signal: SIGKILL` from one more compose file, placed right after
 Harbor's build/prebuilt file, so a task's own docker-compose.yaml (which comes later) can still set its
 own. SIGKILL rather than `init: true`: an init needs docker-init on the daemon's host, SIGKILL nothing.
+
+The same file sets `main`'s `pull_policy: missing`. Harbor's build file says `pull_policy: build`, under which
+`docker compose up` builds the image again right after Harbor's own `build` in `DockerEnvironment.start` (seen
+here: `up` printed a whole cached BuildKit run; a cached `compose build` measured 0.6-0.9 CPU-s, once more
+per trial). `missing` starts the image that `build` has just tagged, and still builds one that is not there.
 """
 
 from __future__ import annotations
@@ -44,4 +49,7 @@ def install() -> str:
 
     paths.__wrapped__ = original  # type: ignore[attr-defined]
     DockerEnvironment._docker_compose_paths = property(paths)
-    return "sandbox   docker sandboxes stop with SIGKILL (their `sleep infinity` PID 1 ignores SIGTERM: 10 s each)"
+    return (
+        "sandbox   docker sandboxes stop with SIGKILL (their `sleep infinity` PID 1 ignores SIGTERM: 10 s each), "
+        "and `up` does not build again what Harbor's `build` just built"
+    )

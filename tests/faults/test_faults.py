@@ -121,7 +121,7 @@ def sandboxes(stack) -> set[str]:
 
 
 def published_lines(stack) -> int:
-    return stack.compose("logs", "--no-color", "tunnel-check", check=False).stdout.count("HEALTHY: published")
+    return stack.log("tunnel-check").count("HEALTHY: published")
 
 
 # --- the suite --------------------------------------------------------------------------------------------
@@ -574,7 +574,7 @@ def gone_lines(stack) -> list[str]:
 
 
 def engine_log(stack) -> str:
-    return stack.compose("logs", "--no-color", "engine", check=False).stdout
+    return stack.log("engine")
 
 
 def stopped_then_resumed(stack, kill, bound_s: float) -> tuple[dict, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from docker_cli import docker, require_daemon
 
-from env_server import prebuild, sandbox_calls
+from env_server import prebuild, sandbox_calls, sandbox_stop
 
 pytestmark = pytest.mark.docker
 
@@ -122,3 +122,50 @@ def test_install_is_idempotent_and_says_what_it_does(monkeypatch):
     sandbox_calls.install()
     assert line.startswith("sandbox   exec and cp: `docker`")
     assert not hasattr(DockerEnvironment._run_docker_compose_command.__wrapped__, "__wrapped__")
+
+
+def test_a_trial_start_builds_once_and_runs_no_down_before_its_up(tmp_path, monkeypatch):
+    """Harbor's `start` runs `down`, `build`, then `up`; under Harbor's `pull_policy: build` that `up` printed a
+    whole BuildKit run, building the image a second time. With sandbox-stop.compose.yaml (`pull_policy: missing`)
+    `up` starts the image `build` has just tagged, and a new session's `down` is skipped (sandbox_calls.py)."""
+    require_daemon()
+    from harbor.environments.docker.docker import DockerEnvironment
+
+    keep_harbors(monkeypatch)
+    monkeypatch.setattr(DockerEnvironment, "_docker_compose_paths", DockerEnvironment.__dict__["_docker_compose_paths"])
+    stamp = secrets.token_hex(4)
+    root = tmp_path / "builds"
+    shutil.copytree(STARTER, root, ignore=shutil.ignore_patterns("environment"))
+    (root / "environment").mkdir()
+    (root / "environment" / "Dockerfile").write_text(f"FROM python:3.12-slim\nLABEL sandbox-calls-build={stamp}\n")
+    [target] = prebuild.targets([root])
+    sandbox_stop.install()
+    sandbox_calls.install()
+
+    started: list[list[str]] = []
+    outputs: dict[str, str] = {}
+    real = asyncio.create_subprocess_exec
+    installed = DockerEnvironment._run_docker_compose_command
+
+    async def recording_process(*args, **kwargs):
+        started.append([str(a) for a in args])
+        return await real(*args, **kwargs)
+
+    async def recording_call(self, command, *args, **kwargs):
+        result = await installed(self, command, *args, **kwargs)
+        outputs[command[0]] = result.stdout or ""
+        return result
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", recording_process)
+    monkeypatch.setattr(DockerEnvironment, "_run_docker_compose_command", recording_call)
+    env = prebuild._environment(target.environment_dir, "builds", f"sandbox-calls-it-{stamp}__env", target.env_config)
+    try:
+        asyncio.run(env.start(force_build=False))
+        verbs = [next(a for a in argv if a in ("build", "up", "down")) for argv in started if "compose" in argv]
+        assert verbs == ["build", "up"], verbs
+        assert "load build definition" in outputs["build"], outputs["build"][-2000:]
+        assert "load build definition" not in outputs["up"], outputs["up"][-2000:]
+        assert asyncio.run(env.exec("echo up")).stdout == "up\n"
+    finally:
+        asyncio.run(env.stop(delete=True))
+        docker("rmi", "-f", f"sandbox-calls-it-{stamp}__env-main")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from env_server.sandbox_calls import engine_args
+from env_server.sandbox_calls import engine_args, skipped
 
 C = "f00dcafe"
 
@@ -70,3 +70,20 @@ def test_cp_both_ways_names_the_container():
 )
 def test_cp_shapes_harbor_does_not_build_stay_with_compose(command):
     assert engine_args(command, C, stdin=False) is None
+
+
+class Env:
+    """The mark `skipped` reads, as the wrapper's `up` sets it."""
+
+    def __init__(self, up_tried: bool = False):
+        if up_tried:
+            self._asyncgrpo_up_tried = True
+
+
+def test_the_down_before_a_sessions_first_up_is_skipped_and_every_other_call_runs():
+    assert skipped(Env(), ["down", "--remove-orphans"]) == "a new session id has nothing to remove"
+    assert skipped(Env(up_tried=True), ["down", "--remove-orphans"]) is None  # a start that got as far as `up`
+    assert skipped(Env(), ["down", "--rmi", "local", "--volumes", "--remove-orphans"]) is None  # the teardown
+    assert skipped(Env(), ["down"]) is None
+    assert skipped(Env(), ["build"]) is None
+    assert skipped(Env(), ["up", "--detach", "--wait"]) is None
