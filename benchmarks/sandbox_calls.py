@@ -62,7 +62,7 @@ async def main(calls: int, rounds: int) -> None:
                 rows[name].append(await measure(env, calls))
     finally:
         DockerEnvironment._run_docker_compose_command = original
-        await env.stop(delete=False)
+        await env.stop(delete=True)  # its image too: nothing of the benchmark stays
     print(f"{rounds} rounds x {calls} calls of exec('true') each way, on {os.cpu_count()} cores (medians of rounds):")
     cpu = {}
     for name, samples in rows.items():

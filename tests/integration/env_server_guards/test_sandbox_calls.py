@@ -12,39 +12,38 @@ Harbor and the wrapper call).
 from __future__ import annotations
 
 import asyncio
-import secrets
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from docker_cli import docker, require_daemon
+from docker_cli import require_daemon
+from one_sandbox import remove, task_environment
 
-from env_server import prebuild, sandbox_calls, sandbox_stop
+from env_server import sandbox_calls, sandbox_stop
 
 pytestmark = pytest.mark.docker
-
-STARTER = Path(__file__).resolve().parents[3] / "datasets" / "starter" / "count-lines"
 
 
 @pytest.fixture
 def environment(tmp_path):
     require_daemon()
-    stamp = secrets.token_hex(4)
-    root = tmp_path / "calls"
-    shutil.copytree(STARTER, root, ignore=shutil.ignore_patterns("environment"))
-    config = root / "task.toml"
-    config.write_text(config.read_text().replace("asyncgrpo-starter/count-lines", f"sandbox-calls-it/{stamp}"))
-    (root / "environment").mkdir()
-    (root / "environment" / "Dockerfile").write_text(
-        f"FROM python:3.12-slim\nRUN useradd -u 1234 agent && mkdir /work\nLABEL sandbox-calls-it={stamp}\n"
-    )
-    [target] = prebuild.targets([root])
-    env = prebuild._environment(target.environment_dir, "calls", f"sandbox-calls-it-{stamp}__env", target.env_config)
+    env = task_environment(tmp_path, "calls", "RUN useradd -u 1234 agent && mkdir /work\n")
     asyncio.run(env.start(force_build=False))
     yield env, tmp_path
-    asyncio.run(env.stop(delete=True))
-    docker("rmi", "-f", f"hb__{target.key}")
+    remove(env)
+
+
+def record_processes(monkeypatch) -> list[list[str]]:
+    """Every process Harbor or the wrapper starts from now on (both go through asyncio's process start), as argv."""
+    started: list[list[str]] = []
+    real = asyncio.create_subprocess_exec
+
+    async def recording(*args, **kwargs):
+        started.append([str(a) for a in args])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", recording)
+    return started
 
 
 def keep_harbors(monkeypatch) -> None:
@@ -88,14 +87,7 @@ async def operations(env, scratch: Path) -> dict:
 
 def test_exec_and_cp_through_docker_match_compose_and_start_no_compose_process(environment, monkeypatch):
     env, scratch = environment
-    started: list[list[str]] = []
-    real = asyncio.create_subprocess_exec
-
-    async def recording(*args, **kwargs):
-        started.append([str(a) for a in args])
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "create_subprocess_exec", recording)
+    started = record_processes(monkeypatch)
     keep_harbors(monkeypatch)
     through_compose = asyncio.run(operations(env, scratch))
     assert any("compose" in argv and "exec" in argv for argv in started), "the first pass must use compose"
@@ -133,32 +125,19 @@ def test_a_trial_start_builds_once_and_runs_no_down_before_its_up(tmp_path, monk
 
     keep_harbors(monkeypatch)
     monkeypatch.setattr(DockerEnvironment, "_docker_compose_paths", DockerEnvironment.__dict__["_docker_compose_paths"])
-    stamp = secrets.token_hex(4)
-    root = tmp_path / "builds"
-    shutil.copytree(STARTER, root, ignore=shutil.ignore_patterns("environment"))
-    (root / "environment").mkdir()
-    (root / "environment" / "Dockerfile").write_text(f"FROM python:3.12-slim\nLABEL sandbox-calls-build={stamp}\n")
-    [target] = prebuild.targets([root])
     sandbox_stop.install()
     sandbox_calls.install()
-
-    started: list[list[str]] = []
     outputs: dict[str, str] = {}
-    real = asyncio.create_subprocess_exec
     installed = DockerEnvironment._run_docker_compose_command
-
-    async def recording_process(*args, **kwargs):
-        started.append([str(a) for a in args])
-        return await real(*args, **kwargs)
 
     async def recording_call(self, command, *args, **kwargs):
         result = await installed(self, command, *args, **kwargs)
         outputs[command[0]] = result.stdout or ""
         return result
 
-    monkeypatch.setattr(asyncio, "create_subprocess_exec", recording_process)
+    started = record_processes(monkeypatch)
     monkeypatch.setattr(DockerEnvironment, "_run_docker_compose_command", recording_call)
-    env = prebuild._environment(target.environment_dir, "builds", f"sandbox-calls-it-{stamp}__env", target.env_config)
+    env = task_environment(tmp_path, "builds")
     try:
         asyncio.run(env.start(force_build=False))
         verbs = [next(a for a in argv if a in ("build", "up", "down")) for argv in started if "compose" in argv]
@@ -167,5 +146,4 @@ def test_a_trial_start_builds_once_and_runs_no_down_before_its_up(tmp_path, monk
         assert "load build definition" not in outputs["up"], outputs["up"][-2000:]
         assert asyncio.run(env.exec("echo up")).stdout == "up\n"
     finally:
-        asyncio.run(env.stop(delete=True))
-        docker("rmi", "-f", f"sandbox-calls-it-{stamp}__env-main")
+        remove(env)

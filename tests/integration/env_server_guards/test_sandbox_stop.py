@@ -11,36 +11,24 @@ The task's image is `FROM python:3.12-slim` (the local base scripts/build-base-i
 from __future__ import annotations
 
 import asyncio
-import secrets
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 from docker_cli import docker, require_daemon
+from one_sandbox import remove, task_environment
 
-from env_server import prebuild, sandbox_stop
+from env_server import sandbox_stop
 
 pytestmark = pytest.mark.docker
-
-STARTER = Path(__file__).resolve().parents[3] / "datasets" / "starter" / "count-lines"
 
 
 @pytest.fixture
 def environment(tmp_path):
     require_daemon()
-    stamp = secrets.token_hex(4)
-    root = tmp_path / "quick-stop"
-    shutil.copytree(STARTER, root, ignore=shutil.ignore_patterns("environment"))
-    config = root / "task.toml"
-    config.write_text(config.read_text().replace("asyncgrpo-starter/count-lines", f"quick-stop-it/{stamp}"))
-    (root / "environment").mkdir()
-    (root / "environment" / "Dockerfile").write_text(f"FROM python:3.12-slim\nLABEL quick-stop-it={stamp}\n")
-    [target] = prebuild.targets([root])
-    env = prebuild._environment(target.environment_dir, "quick-stop", f"quick-stop-it-{stamp}__env", target.env_config)
+    env = task_environment(tmp_path, "quick-stop")
     yield env
-    asyncio.run(env.stop(delete=True))
-    docker("rmi", "-f", f"hb__{target.key}")
+    remove(env)
 
 
 def stop_signal_and_teardown_s(env) -> tuple[str, float]:
