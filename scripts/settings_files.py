@@ -1,5 +1,7 @@
 """Writes the settings parts of `.env.example` and the Helm chart's values.schema.json from the services'
-settings tables (stack.env.Field), so a setting is written once: its table row.
+settings tables (stack.env.Field), so a setting is written once: its table row. The lines that carry a new
+setting into its container (compose's environment, the trainer's chart env, values.yaml) are appended by
+scripts/settings_passthrough.py in the same run.
 
     PYTHONPATH=services python scripts/settings_files.py           # rewrite the two files
     PYTHONPATH=services python scripts/settings_files.py --check   # exit 1 naming a stale file; change nothing
@@ -26,9 +28,16 @@ from pathlib import Path
 
 from stack.env import Field
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import settings_passthrough as passthrough  # noqa: E402  (scripts/ is no package)
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV_EXAMPLE = ROOT / ".env.example"
-SCHEMA = ROOT / "deploy/helm/asyncgrpo-harbor/values.schema.json"
+CHART = ROOT / "deploy/helm/asyncgrpo-harbor"
+SCHEMA = CHART / "values.schema.json"
+HELPERS = CHART / "templates/_helpers.tpl"
+VALUES = CHART / "values.yaml"
+COMPOSE = ROOT / "compose.yaml"
 COMPOSE_FILES = ("compose.yaml", "compose.cpu.yaml", "compose.one-gpu.yaml", "compose.learn.yaml")
 
 # Every module that declares the settings its service reads (tests/settings_tables.py reads this list too).
@@ -156,7 +165,7 @@ def _states(field: Field, text: str) -> bool:
     return False
 
 
-def env_example(text: str, fields: dict[str, Field]) -> str:
+def env_example(text: str, fields: dict[str, Field], compose_text: str | None = None) -> str:
     head = text.split(f"\n{TAIL_MARK}\n", 1)[0].rstrip("\n").split("\n")
     out: list[str] = []
     listed: set[str] = set()
@@ -171,7 +180,11 @@ def env_example(text: str, fields: dict[str, Field]) -> str:
             out.append(line if _states(field, m.group(2)) else f"{field.name}={default_text(field)}")
             continue
         out.append(line)
-    compose = "".join((ROOT / f).read_text() for f in COMPOSE_FILES if (ROOT / f).exists())
+    compose = "".join(
+        compose_text if compose_text is not None and f == "compose.yaml" else (ROOT / f).read_text()
+        for f in COMPOSE_FILES
+        if (ROOT / f).exists()
+    )
     read_by_compose = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", compose))
     tail = [
         doc_line(f) + "\n" + ("" if n in read_by_compose else "# ") + f"{n}={default_text(f)}"
@@ -237,9 +250,20 @@ def schema(text: str, fields: dict[str, Field]) -> str:
 
 def generated() -> dict[Path, str]:
     fields = all_fields()
+    compose = passthrough.compose(COMPOSE.read_text(), fields)
+    helpers, values, schema_doc = HELPERS.read_text(), VALUES.read_text(), json.loads(SCHEMA.read_text())
+    for route in passthrough.ROUTES:
+        if route.chart_list:
+            missing = passthrough.chart_missing(helpers, route, fields)
+            helpers = passthrough.helpers_tpl(helpers, route, missing)
+            values = passthrough.values_yaml(values, missing, default_text)
+            schema_doc = passthrough.schema_doc(schema_doc, missing)
     return {
-        ENV_EXAMPLE: env_example(ENV_EXAMPLE.read_text(), fields),
-        SCHEMA: schema(SCHEMA.read_text(), fields),
+        ENV_EXAMPLE: env_example(ENV_EXAMPLE.read_text(), fields, compose),
+        SCHEMA: schema(json.dumps(schema_doc), fields),
+        COMPOSE: compose,
+        HELPERS: helpers,
+        VALUES: values,
     }
 
 

@@ -49,3 +49,69 @@ def test_a_new_backend_reaches_env_example_but_not_the_chart():
     assert schema["properties"]["config"]["properties"]["SANDBOX"]["enum"] == ["e2b"]
     env = settings_files.env_example(settings_files.ENV_EXAMPLE.read_text(), changed)
     assert "one of: e2b, docker, throwaway" in env
+
+
+# ── a new setting reaches its container: compose, and for the trainer the chart (scripts/settings_passthrough.py)
+
+
+def _add_field(monkeypatch, module: str, new):
+    import importlib
+
+    from stack.env import Table
+
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(mod, "FIELDS", Table(mod.FIELDS, new))
+
+
+def test_a_new_trainer_setting_reaches_compose_the_chart_values_and_schema(monkeypatch, capsys):
+    import yaml
+
+    new = settings_files.Field("STOP_TEST_KNOB", "integer", 3, "a knob only this test declares", minimum=1)
+    _add_field(monkeypatch, "trainer.watch.stop_rules", new)
+    files = settings_files.generated()
+
+    compose = files[settings_files.COMPOSE]
+    assert "  HF_ENDPOINT: ${HF_ENDPOINT:-https://huggingface.co}\n  STOP_TEST_KNOB: ${STOP_TEST_KNOB:-}\n" in compose
+    doc = yaml.safe_load(compose)
+    assert doc["services"]["trainer"]["environment"]["STOP_TEST_KNOB"] == "${STOP_TEST_KNOB:-}"
+    assert "STOP_TEST_KNOB" not in doc["services"]["env-server"]["environment"]
+
+    assert '"HUB_FINAL_WAIT_S" "HF_ENDPOINT" "STOP_TEST_KNOB"))' in files[settings_files.HELPERS]
+    values = yaml.safe_load(files[settings_files.VALUES])
+    assert values["config"]["STOP_TEST_KNOB"] == 3
+    schema = json.loads(files[settings_files.SCHEMA])["properties"]["config"]
+    assert schema["properties"]["STOP_TEST_KNOB"] == {
+        "type": "integer",
+        "description": "A knob only this test declares.",
+        "minimum": 1,
+    }
+    assert "STOP_TEST_KNOB" in schema["required"]
+    # .env.example's tail lists it uncommented: compose now reads it.
+    assert "\nSTOP_TEST_KNOB=3\n" in files[settings_files.ENV_EXAMPLE]
+
+    assert settings_files.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    for name in ("compose.yaml", "_helpers.tpl", "values.yaml", "values.schema.json", ".env.example"):
+        assert f"{name} differs" in err
+
+
+def test_a_new_env_server_setting_reaches_its_compose_block_only(monkeypatch):
+    import yaml
+
+    new = settings_files.Field("ENV_SERVER_TEST_KNOB", "text", "", "a knob only this test declares")
+    _add_field(monkeypatch, "stack.readers.env_server", new)
+    files = settings_files.generated()
+    doc = yaml.safe_load(files[settings_files.COMPOSE])
+    assert doc["services"]["env-server"]["environment"]["ENV_SERVER_TEST_KNOB"] == "${ENV_SERVER_TEST_KNOB:-}"
+    assert "ENV_SERVER_TEST_KNOB" not in doc["services"]["trainer"]["environment"]
+    # The chart's other pods set their values in their templates: not generated.
+    assert files[settings_files.HELPERS] == settings_files.HELPERS.read_text()
+
+
+def test_a_new_secret_reaches_no_container_by_itself(monkeypatch):
+    new = settings_files.Field("TEST_API_KEY", "text", "", "a key only this test declares", secret=True)
+    _add_field(monkeypatch, "trainer.config", new)
+    files = settings_files.generated()
+    assert "TEST_API_KEY" not in files[settings_files.COMPOSE]
+    assert "TEST_API_KEY" not in files[settings_files.HELPERS]
+    assert "TEST_API_KEY" not in files[settings_files.VALUES]
