@@ -69,9 +69,7 @@ def route_fields(route: Route) -> dict[str, Field]:
 def wanted(route: Route, fields: Mapping[str, Field]) -> list[Field]:
     """The route's settings that compose should pass: every one, less secrets and what the route says it does not
     (`fields`, all tables by name, is what the generator read, so a test's changed field is the one used)."""
-    return [
-        fields.get(n, f) for n, f in route_fields(route).items() if not f.secret and n not in route.not_passed
-    ]
+    return [fields.get(n, f) for n, f in route_fields(route).items() if not f.secret and n not in route.not_passed]
 
 
 # ── compose ──────────────────────────────────────────────────────────────────────────────────────────────────
