@@ -45,8 +45,8 @@ import check_usage
 import httpx
 from check_wait import Budget, NotReady, Readiness, command_check, run_until, wait_until
 
-from engine.probe import UNPROVEN_OK
 from stack.env import EnvError
+from stack.serving.probe import UNPROVEN_OK
 from trainer.device import precision
 
 HERE = Path(__file__).resolve().parent
