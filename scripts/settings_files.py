@@ -34,7 +34,7 @@ COMPOSE_FILES = ("compose.yaml", "compose.cpu.yaml", "compose.one-gpu.yaml", "co
 # Every module that declares the settings its service reads (tests/settings_tables.py reads this list too).
 TABLES = [
     ("stack.fields", "SHARED"),
-    ("trainer.config", "FIELDS"),
+    ("stack.readers.trainer", "FIELDS"),
     ("trainer.watch.stop_rules", "FIELDS"),
     ("trainer.report.reporting", "FIELDS"),
     ("trainer.report.dashboard", "FIELDS"),

@@ -2,7 +2,7 @@
 to fix it.
 
 They read a plain mapping (the environment) through the same field tables the services start with
-(stack.fields, trainer.config, ...), and take their probes (mountinfo path, GPU counter, socket path) as
+(stack.fields, stack.readers.trainer, ...), and take their probes (mountinfo path, GPU counter, socket path) as
 arguments, so every check can be triggered by a test without a GPU or a bucket.
 """
 
@@ -98,9 +98,9 @@ class Settings(Mapping):
         return self.values[name]
 
     def trainer(self):
-        """The trainer's own settings and problems (trainer.config.read), read once for every check."""
+        """The trainer's own settings and problems (stack.readers.trainer.read), read once for every check."""
         if not hasattr(self, "_trainer"):
-            from trainer.config import read
+            from stack.readers.trainer import read
 
             self._trainer = read(self.env)
         return self._trainer
@@ -391,7 +391,7 @@ def check_train_script(env, probes):
 
 
 def check_trainer_settings(env, probes):
-    """Every trainer setting, one line each, from the trainer's own reader (trainer/config.py)."""
+    """Every trainer setting, one line each, from the trainer's own reader (stack/readers/trainer.py)."""
     return env.trainer()[1] or None
 
 
@@ -508,13 +508,13 @@ def check_run_name(env, probes):
 
 
 def check_resume(env, probes):
-    """An explicit RUN_NAME whose every checkpoint is broken (trainer/resume.py): refused here, before the engine
+    """An explicit RUN_NAME whose every checkpoint is broken (stack/resume.py): refused here, before the engine
     loads, in the line the trainer would stop with. A broken newest one with an older that loads is passed over
     by the trainer (it names it), not refused."""
     settings, _problems = env.trainer()
     if not settings.run_name_explicit:
         return None
-    from trainer.resume import pick
+    from stack.resume import pick
 
     pick(settings.run_dir)  # EnvError: its line is the finding
     return None

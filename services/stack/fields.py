@@ -1,6 +1,6 @@
 """The settings more than one service reads, each declared once: name, type, bounds, default, doc, fix.
 
-A service's own table (trainer/config.py, stack/readers/env_server.py, stack/readers/tunnel_check.py,
+A service's own table (stack/readers/trainer.py, stack/readers/env_server.py, stack/readers/tunnel_check.py,
 engine/command.py, guards/checks.py, ...) includes the ones it reads from here, so preflight and the
 service refuse a value with the same line. Standard library only, like the rest of `stack`.
 """

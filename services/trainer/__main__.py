@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from stack.env import EnvError
+from stack.readers.trainer import from_env
 
-from .config import from_env
 from .report import reporting
 from .train import run
 from .train_script import TrainScriptError, materialize, resolve

@@ -45,7 +45,13 @@ def test_the_readers_preflight_calls_import_from_the_copied_tree(tmp_path):
         shutil.copytree(ROOT / source, tmp_path / source)
     # Only the copied tree: nothing on the way in from this checkout.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    for module in ("guards.checks", "stack.readers.env_server", "stack.readers.tunnel_check"):
+    for module in (
+        "guards.checks",
+        "stack.readers.env_server",
+        "stack.readers.tunnel_check",
+        "stack.readers.trainer",
+        "stack.resume",
+    ):
         run = subprocess.run(
             [sys.executable, "-c", f"import {module}"],
             cwd=tmp_path / "services",

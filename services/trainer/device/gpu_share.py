@@ -148,13 +148,13 @@ def env_file(path: str | None) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """`python3 -m trainer.device.gpu_share --card-gib 79.6 [--env-file .env]`: the engine's fraction on stdout, the split's
     line on stderr; or the refusal on stderr and exit 1. MODEL, TOKEN_BUDGET, ENGINE_MAX_MODEL_LEN and TRAIN_DTYPE
-    are read as the trainer reads them (trainer/config.py's fields), from the environment over the .env file."""
+    are read as the trainer reads them (stack/readers/trainer.py's fields), from the environment over the .env file."""
     import os
 
     from stack.backends import WEIGHT_TRANSFERS
     from stack.env import Env, EnvError
+    from stack.readers.trainer import FIELDS
 
-    from ..config import FIELDS
     from .precision import choose
 
     parser = argparse.ArgumentParser(prog="python3 -m trainer.device.gpu_share", description=__doc__.split("\n\n")[0])

@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from stack.env import Env, EnvError, Field, Table
-from trainer.config import FIELDS as TRAINER_FIELDS
+from stack.readers.trainer import FIELDS as TRAINER_FIELDS
 from trainer.watch import summary_log
 
 

@@ -1,6 +1,6 @@
 """One optimizer step at the production defaults moves the weights it should.
 
-The production path: trainer.config's defaults (WEIGHT_TRANSFER=nccl, LEARNING_RATE=1e-6, TRAIN_DTYPE) ->
+The production path: stack.readers.trainer's defaults (WEIGHT_TRANSFER=nccl, LEARNING_RATE=1e-6, TRAIN_DTYPE) ->
 trainer.device.precision -> the AsyncGRPOConfig kwargs the trainer passes (dtype, bf16) -> the optimizer transformers builds
 from that config (its default AdamW) -> forward/backward under the autocast the config asks for -> gradient clipping
 at the config's max_grad_norm -> one step. The model is a small Qwen3 built locally (no download) with Qwen3's own
@@ -19,7 +19,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM, Trainer
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
-from trainer import config
+from stack.readers import trainer as config
 from trainer.device import precision
 
 MOVED_AT_LEAST = 0.999

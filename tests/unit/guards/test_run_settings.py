@@ -14,7 +14,7 @@ from test_checks import GCSFUSE, good_env, probes_for
 from guards import disk, ports
 from guards.checks import run_all
 from stack.env import EnvError
-from trainer import config
+from stack.readers import trainer as config
 
 
 def lines(env, probes, phase="preflight"):

@@ -10,7 +10,7 @@ from guards import checks
 from guards.checks import run_all
 from stack import fields
 from stack.env import Env, _n
-from trainer import config
+from stack.readers import trainer as config
 from trainer.watch import healthcheck
 
 # Numeric fields without a maximum of their own, each for a reason. Anything else unbounded is a finding.

@@ -5,7 +5,7 @@ The optimizer step itself runs in the trainer image: tests/integration/trainer/t
 
 import pytest
 
-from trainer import config
+from stack.readers import trainer as config
 from trainer.device import precision
 from trainer.device.limits import derive_limits, startup_report
 

@@ -4,8 +4,8 @@ The model's assumptions (trainer/rollouts/staleness.py): 8 generations, 8 rollou
 (cv 0.5), 20 s per optimizer step, TRL's stamping (a group at its first dispatch) and dropping (at dequeue).
 """
 
+from stack.readers import trainer as config
 from stackstatus import figures
-from trainer import config
 from trainer.device.limits import DEFAULT_TURNS, DroppedSampleCounter, stale_frac
 from trainer.rollouts import staleness
 from trainer.watch.status import METRICS

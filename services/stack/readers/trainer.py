@@ -1,4 +1,5 @@
-"""The trainer's settings, read once from the environment, with every default stated here.
+"""The trainer's settings, read once from the environment, with every default stated here. Preflight (guards)
+reads them with this same reader, before the trainer starts.
 
 Run names never fall back to a constant: two runs sharing a name would resume into each other's
 checkpoints. A fresh name carries model, harness, steps, a UTC stamp and a random suffix; an explicit
@@ -28,8 +29,8 @@ def fresh_run_name(model: str, harness: str, max_steps: int, now: float | None =
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The newest `checkpoint-N` that is complete and loads (trainer/resume.py; EnvError when none does)."""
-    from .resume import pick
+    """The newest `checkpoint-N` that is complete and loads (stack/resume.py; EnvError when none does)."""
+    from stack.resume import pick
 
     return pick(run_dir).path
 
@@ -478,7 +479,7 @@ def hub_repo_problem(repo_id: str) -> str | None:
     nothing is checked (tests/integration/trainer/test_hub_settings.py runs this in the trainer image)."""
     try:
         from huggingface_hub.utils import HFValidationError, validate_repo_id
-    except ImportError:
+    except ImportError:  # stack stays importable by the standard library alone (scripts/status, the engine image)
         return None
     try:
         validate_repo_id(repo_id)
