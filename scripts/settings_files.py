@@ -35,10 +35,10 @@ COMPOSE_FILES = ("compose.yaml", "compose.cpu.yaml", "compose.one-gpu.yaml", "co
 TABLES = [
     ("stack.fields", "SHARED"),
     ("stack.readers.trainer", "FIELDS"),
-    ("trainer.watch.stop_rules", "FIELDS"),
-    ("trainer.report.reporting", "FIELDS"),
+    ("stack.readers.stop_rules", "FIELDS"),
+    ("stack.readers.reporting", "FIELDS"),
     ("trainer.report.dashboard", "FIELDS"),
-    ("trainer.watch.healthcheck", "FIELDS"),
+    ("stack.readers.trainer_health", "FIELDS"),
     ("stack.readers.env_server", "FIELDS"),
     ("stack.readers.tunnel_check", "FIELDS"),
     ("engine.command", "FIELDS"),

@@ -422,31 +422,31 @@ def check_tunnel_settings(env, probes):
 
 
 def check_trainer_healthcheck(env, probes):
-    """TRAINER_STALE_S, from the trainer healthcheck's own field (trainer/watch/healthcheck.py): a bad value would
+    """TRAINER_STALE_S, from the trainer healthcheck's own field (stack/readers/trainer_health.py): a bad value would
     otherwise only show as an unhealthy trainer once it runs."""
-    from trainer.watch import healthcheck
+    from stack.readers import trainer_health
 
     read = Env(env.env, collect=True)
-    read.get(healthcheck.STALE_S)
+    read.get(trainer_health.STALE_S)
     return read.problems or None
 
 
 def check_stop_rules(env, probes):
     """The stop rules' thresholds and window (STOP_*), one line each, from the trainer's own reader
-    (trainer/watch/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
-    from trainer.watch import stop_rules
+    (stack/readers/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
+    from stack.readers import stop_rules
 
     return stop_rules.problems(env) or None
 
 
 def check_report_to(env, probes):
-    """REPORT_TO=wandb without its key: the trainer would refuse at start (trainer/report/reporting.py). A REPORT_TO
+    """REPORT_TO=wandb without its key: the trainer would refuse at start (stack/readers/reporting.py). A REPORT_TO
     outside the choices is trainer-settings' line, not this one's.
 
     The key is a secret of the trainer alone: preflight is told only whether it is set (WANDB_API_KEY_SET,
     empty when not). Where neither variable exists at all, this process cannot know, and says nothing: the
     trainer, which holds the key, refuses with the same line."""
-    from trainer.report import reporting
+    from stack.readers import reporting
 
     if "WANDB_API_KEY" not in env and reporting.KEY_SET not in env:
         return None
