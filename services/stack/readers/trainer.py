@@ -226,7 +226,7 @@ FIELDS = Table(
     Field("TRAINER_COMPILE_LAYERS", "flag", True, "regional torch.compile of the decoder layers on GPU"),
     F.DATASETS,
     Field("SCREENED_TASKS", "text", "", "train only on the tasks screening kept; empty: every task"),
-    # float32 weights and AdamW state in both forms; the GPU computes in bfloat16 (trainer/device/precision.py).
+    # float32 weights and AdamW state in both forms; the GPU computes in bfloat16 (stack/sizing/precision.py).
     Field(
         "TRAIN_DTYPE",
         "choice",
@@ -301,7 +301,7 @@ class Settings(make_dataclass("TableSettings", FIELDS.attributes(RENAMED, APART)
     steps a stopped run prints; `compile_layers` is the regional torch.compile of the decoder layers on GPU (28-37%
     -> 34-37% MFU and 0.235 -> 0.184 GiB per 1k packed tokens on an H200, docs/GPU-BENCHMARK.md); `datasets` are
     the splits trained on (empty: every split served); `dtype` is the weights' and AdamW state's (float32 in both
-    forms, bfloat16 compute on the GPU: trainer/device/precision.py says why)."""
+    forms, bfloat16 compute on the GPU: stack/sizing/precision.py says why)."""
 
     run_name_explicit: bool = False
     screened_tasks: str = FIELDS["SCREENED_TASKS"].default

@@ -13,7 +13,7 @@ per-step metrics over the last STOP_WINDOW_STEPS logged steps that carry it:
   group's baseline, so a run of nothing else has no signal at all.
 - zero spread (`harbor/zero_spread_frac`): groups whose scored rollouts all got the same reward: zero
   advantage, zero gradient.
-- stale (`sample/dropped_stale_frac`, trainer/device/limits.py): samples TRL dropped as older than max_staleness. Half of
+- stale (`sample/dropped_stale_frac`, trainer/watch/dropped_samples.py): samples TRL dropped as older than max_staleness. Half of
   them gone means paying for twice the rollouts, and the dropped ones are each group's last, so the kept
   advantages are no longer zero-mean (trainer/rollouts/staleness.py).
 - mismatch (`mismatch/kl_mean`, trainer/watch/mismatch.py): the mean KL between the engine's and the trainer's logprobs
