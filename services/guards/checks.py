@@ -15,9 +15,11 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from stack import datasets as task_check
 from stack import fields, mountinfo, names, space
@@ -381,12 +383,21 @@ def check_train_script(env, probes):
     spec = _get(env, "TRAIN_SCRIPT")
     if not spec:
         return None
-    from trainer.train_script import TrainScriptError, resolve
-
-    try:
-        resolve(spec)
-    except TrainScriptError as exc:
-        return str(exc)
+    # The trainer's own resolve, run as a process of its own (trainer/train_script.py: the fetch needs requests, which
+    # stack does not carry); the trainer image carries both packages, so it is found beside guards.
+    services = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (services, os.environ.get("PYTHONPATH", "")) if p)
+    run = subprocess.run(
+        [sys.executable, "-m", "trainer.train_script", spec],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    if run.returncode == 1 and run.stdout.strip():
+        return run.stdout.strip()
+    if run.returncode:
+        raise RuntimeError(f"python -m trainer.train_script exited {run.returncode}: {run.stderr.strip()[-500:]}")
     return None
 
 
