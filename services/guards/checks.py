@@ -383,21 +383,32 @@ def check_train_script(env, probes):
     spec = _get(env, "TRAIN_SCRIPT")
     if not spec:
         return None
-    # The trainer's own resolve, run as a process of its own (trainer/train_script.py: the fetch needs requests, which
-    # stack does not carry); the trainer image carries both packages, so it is found beside guards.
+    # The trainer's own resolve (trainer/train_script.py): the fetch needs requests, which stack does not carry.
+    return _trainer_check("trainer.train_script", [spec], timeout_s=120)
+
+
+def _trainer_check(
+    module: str, args: list[str], env: Mapping[str, str] | None = None, timeout_s: float = 120
+) -> str | None:
+    """Run `python -m <module> ARGS`, a check the trainer runs as a process of its own (what it needs is the
+    trainer's, not stack's; the trainer image carries both packages, so it is found beside guards). Exit 1: its
+    stdout is the finding's one line. Exit 0: no finding, and what it printed on the way is printed here, as it
+    was when guards called the check itself. Anything else is a crash."""
     services = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (services, os.environ.get("PYTHONPATH", "")) if p)
     run = subprocess.run(
-        [sys.executable, "-m", "trainer.train_script", spec],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": path},
+        timeout=timeout_s,
+        env={**os.environ, **(env or {}), "PYTHONPATH": path},
     )
     if run.returncode == 1 and run.stdout.strip():
         return run.stdout.strip()
     if run.returncode:
-        raise RuntimeError(f"python -m trainer.train_script exited {run.returncode}: {run.stderr.strip()[-500:]}")
+        raise RuntimeError(f"python -m {module} exited {run.returncode}: {run.stderr.strip()[-500:]}")
+    if run.stdout:
+        print(run.stdout, end="", flush=True)
     return None
 
 
@@ -503,9 +514,11 @@ def check_hub_access(env, probes):
     settings, _problems = env.trainer()
     if not settings.hub.model_id:
         return None
-    from trainer.hub import hub_access
-
-    return hub_access.problem(settings.hub)
+    hub = settings.hub
+    # The trainer's own question (trainer/hub/hub_access.py): it asks through huggingface_hub, which stack does not
+    # carry. The settings travel as read here, so the child judges exactly what this process read.
+    given = {"HUB_MODEL_ID": hub.model_id, "HUB_TOKEN": hub.token, "HF_ENDPOINT": hub.endpoint}
+    return _trainer_check("trainer.hub.hub_access", [], env=given, timeout_s=300)
 
 
 def check_run_name(env, probes):

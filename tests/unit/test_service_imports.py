@@ -13,12 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "__init__.py").is_file())
 SHARED = "stack"
-# Still to move, each with why: preflight runs it in the trainer's own image, and it needs packages stack must not
-# carry. The way out is the one TRAIN_SCRIPT's check took: the trainer runs the check as a process of its own
-# (`python -m trainer.train_script SPEC`). An entry whose import is gone fails below, so the list only shrinks.
-KNOWN = {
-    ("services/guards/checks.py", "trainer.hub"): "hub_access asks the Hub through huggingface_hub",
-}
+# Imports still to move, each with why (the list only shrinks: an entry whose import is gone fails below).
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _imports(path: Path):
