@@ -1,7 +1,7 @@
-"""Preflight runs in the trainer image and checks env-server's and tunnel-check's settings with their own readers.
-Those readers live in stack/readers/ (standard library plus stack), so the image copies whole service folders
-only, and guards imports no other service's package: once it copied loose files of env_server and tunnel_check,
-and a reader that grew an import the image did not copy crashed every real preflight (measured: the
+"""Preflight runs in the trainer image and checks the trainer's, env-server's and tunnel-check's settings with their
+own readers. Those readers live in stack/readers/ (standard library plus stack), so the image copies whole service
+folders only, and guards imports no other service's package: once it copied loose files of env_server and
+tunnel_check, and a reader that grew an import the image did not copy crashed every real preflight (measured: the
 env-server-settings check, once env_server/settings.py imported task_env.py)."""
 
 from __future__ import annotations
