@@ -43,11 +43,11 @@ COMPOSE_FILES = ("compose.yaml", "compose.cpu.yaml", "compose.one-gpu.yaml", "co
 # Every module that declares the settings its service reads (tests/settings_tables.py reads this list too).
 TABLES = [
     ("stack.fields", "SHARED"),
-    ("trainer.config", "FIELDS"),
-    ("trainer.watch.stop_rules", "FIELDS"),
-    ("trainer.report.reporting", "FIELDS"),
+    ("stack.readers.trainer", "FIELDS"),
+    ("stack.readers.stop_rules", "FIELDS"),
+    ("stack.readers.reporting", "FIELDS"),
     ("trainer.report.dashboard", "FIELDS"),
-    ("trainer.watch.healthcheck", "FIELDS"),
+    ("stack.readers.trainer_health", "FIELDS"),
     ("stack.readers.env_server", "FIELDS"),
     ("stack.readers.tunnel_check", "FIELDS"),
     ("engine.command", "FIELDS"),

@@ -1,6 +1,6 @@
 """Rollout samples shaped like mini-swe-agent trajectories, as TRL's rollout queue carries them.
 
-Sizes come from `trainer.device.limits.TurnSizes` (mini-swe-agent 2.4.6's own templates, measured in characters; see
+Sizes come from `stack.sizing.limits.TurnSizes` (mini-swe-agent 2.4.6's own templates, measured in characters; see
 there). Token ids are random: the loss step's cost depends on lengths, sharing and masks, not on which ids.
 
 Two forms of the same rollout:
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.device.limits import DEFAULT_TURNS, TurnSizes
+from stack.sizing.limits import DEFAULT_TURNS, TurnSizes
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Start `vllm serve` with the flags the training path needs (see engine.command), serving a chat template
-under which turns chain (engine.served_template: proven at start, refused in one line when they fork) and
-stopping turns where that template ends them (engine.turn_end, engine.stops)."""
+under which turns chain (stack.serving.served_template: proven at start, refused in one line when they fork) and
+stopping turns where that template ends them (stack.serving.turn_end, engine.stops)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import os
 import shlex
 import sys
 
-from engine import chain, turn_end
 from engine.command import EnvError, build_command, build_environment
+from stack.serving import chain, turn_end
 
 
 def main() -> None:
     try:
         build_command(os.environ)  # every setting checked before the tokenizer is fetched
-        from engine import served_template, stops
+        from engine import stops
+        from stack.serving import served_template
 
         loaded = stops.load_tokenizer(os.environ)
         served = served_template.prepare(os.environ, loaded.tokenizer, loaded.operator_template, loaded.why)

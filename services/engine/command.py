@@ -15,7 +15,7 @@ ENGINE_EXTRA_ARGS may add anything else, but may not restate or negate a managed
 `--logprobs-mode` would silently win (argparse keeps the last one), and a flag that is governed by an
 environment variable must be changed there so compose, preflight and the launcher agree.
 `--generation-config` is the launcher's too unless TURN_END_TOKENS=model: it carries the stop set that
-agrees with the chat template's turn end (engine/turn_end.py, engine/stops.py).
+agrees with the chat template's turn end (stack/serving/turn_end.py, engine/stops.py).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import json
 import shlex
 from collections.abc import Mapping
 
-from engine import turn_end
 from stack import deployment, fields
 from stack.backends import WEIGHT_TRANSFERS
 from stack.env import Env, EnvError, Field, Table
 from stack.facts import LOOPBACK_HOSTS
+from stack.serving import turn_end
 
 REQUIRED_CAPTURE_FLAGS = (
     "--return-tokens-as-token-ids",
@@ -161,7 +161,7 @@ def build_command(
 ) -> list[str]:
     """The full argv for `vllm serve`, or EnvError naming the setting to fix. `generation_config`: the
     folder engine/stops.py wrote the agreed stop set into (None: vLLM reads the model's own).
-    `chat_template`: the file engine/served_template.py wrote the derived template into (None: the model's)."""
+    `chat_template`: the file stack/serving/served_template.py wrote the derived template into (None: the model's)."""
     read = Env(env)
 
     def get(name: str):

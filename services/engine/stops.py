@@ -1,4 +1,4 @@
-"""The launcher's half of TURN_END_TOKENS (engine/turn_end.py says why): read the model's tokenizer and
+"""The launcher's half of TURN_END_TOKENS (stack/serving/turn_end.py says why): read the model's tokenizer and
 generation config the way vLLM 0.31.0 will, decide the stop set, and when it differs from the model's,
 write the generation config vLLM is to read instead.
 
@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import command, turn_end
+from engine import command
 from stack.env import Env, EnvError
+from stack.serving import turn_end
 
 # Where the launcher writes the generation config it hands vLLM: the container's own, fresh per start.
 GENERATION_CONFIG_DIR = Path(turn_end.RECORD.parent) / "asyncgrpo-engine-generation-config"
@@ -81,7 +82,7 @@ def prepare(
 
     A tokenizer that will not load leaves the stop set as the model's with a line that says so (vLLM then
     fails to load it too, in its own words); a TURN_END_TOKENS list it cannot check is refused. `loaded`:
-    the tokenizer engine/served_template.py already set the served template on (None: load it here)."""
+    the tokenizer stack/serving/served_template.py already set the served template on (None: load it here)."""
     from transformers import AutoConfig, GenerationConfig
 
     read = Env(env)

@@ -2,7 +2,7 @@
 to fix it.
 
 They read a plain mapping (the environment) through the same field tables the services start with
-(stack.fields, trainer.config, ...), and take their probes (mountinfo path, GPU counter, socket path) as
+(stack.fields, stack.readers.trainer, ...), and take their probes (mountinfo path, GPU counter, socket path) as
 arguments, so every check can be triggered by a test without a GPU or a bucket.
 """
 
@@ -15,9 +15,11 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from stack import datasets as task_check
 from stack import fields, mountinfo, names, space
@@ -98,9 +100,9 @@ class Settings(Mapping):
         return self.values[name]
 
     def trainer(self):
-        """The trainer's own settings and problems (trainer.config.read), read once for every check."""
+        """The trainer's own settings and problems (stack.readers.trainer.read), read once for every check."""
         if not hasattr(self, "_trainer"):
-            from trainer.config import read
+            from stack.readers.trainer import read
 
             self._trainer = read(self.env)
         return self._trainer
@@ -381,17 +383,37 @@ def check_train_script(env, probes):
     spec = _get(env, "TRAIN_SCRIPT")
     if not spec:
         return None
-    from trainer.train_script import TrainScriptError, resolve
+    # The trainer's own resolve (trainer/train_script.py): the fetch needs requests, which stack does not carry.
+    return _trainer_check("trainer.train_script", [spec], timeout_s=120)
 
-    try:
-        resolve(spec)
-    except TrainScriptError as exc:
-        return str(exc)
+
+def _trainer_check(
+    module: str, args: list[str], env: Mapping[str, str] | None = None, timeout_s: float = 120
+) -> str | None:
+    """Run `python -m <module> ARGS`, a check the trainer runs as a process of its own (what it needs is the
+    trainer's, not stack's; the trainer image carries both packages, so it is found beside guards). Exit 1: its
+    stdout is the finding's one line. Exit 0: no finding, and what it printed on the way is printed here, as it
+    was when guards called the check itself. Anything else is a crash."""
+    services = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (services, os.environ.get("PYTHONPATH", "")) if p)
+    run = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {}), "PYTHONPATH": path},
+    )
+    if run.returncode == 1 and run.stdout.strip():
+        return run.stdout.strip()
+    if run.returncode:
+        raise RuntimeError(f"python -m {module} exited {run.returncode}: {run.stderr.strip()[-500:]}")
+    if run.stdout:
+        print(run.stdout, end="", flush=True)
     return None
 
 
 def check_trainer_settings(env, probes):
-    """Every trainer setting, one line each, from the trainer's own reader (trainer/config.py)."""
+    """Every trainer setting, one line each, from the trainer's own reader (stack/readers/trainer.py)."""
     return env.trainer()[1] or None
 
 
@@ -422,31 +444,31 @@ def check_tunnel_settings(env, probes):
 
 
 def check_trainer_healthcheck(env, probes):
-    """TRAINER_STALE_S, from the trainer healthcheck's own field (trainer/watch/healthcheck.py): a bad value would
+    """TRAINER_STALE_S, from the trainer healthcheck's own field (stack/readers/trainer_health.py): a bad value would
     otherwise only show as an unhealthy trainer once it runs."""
-    from trainer.watch import healthcheck
+    from stack.readers import trainer_health
 
     read = Env(env.env, collect=True)
-    read.get(healthcheck.STALE_S)
+    read.get(trainer_health.STALE_S)
     return read.problems or None
 
 
 def check_stop_rules(env, probes):
     """The stop rules' thresholds and window (STOP_*), one line each, from the trainer's own reader
-    (trainer/watch/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
-    from trainer.watch import stop_rules
+    (stack/readers/stop_rules.py): a bad value would otherwise stop the trainer after the engine is paid for."""
+    from stack.readers import stop_rules
 
     return stop_rules.problems(env) or None
 
 
 def check_report_to(env, probes):
-    """REPORT_TO=wandb without its key: the trainer would refuse at start (trainer/report/reporting.py). A REPORT_TO
+    """REPORT_TO=wandb without its key: the trainer would refuse at start (stack/readers/reporting.py). A REPORT_TO
     outside the choices is trainer-settings' line, not this one's.
 
     The key is a secret of the trainer alone: preflight is told only whether it is set (WANDB_API_KEY_SET,
     empty when not). Where neither variable exists at all, this process cannot know, and says nothing: the
     trainer, which holds the key, refuses with the same line."""
-    from trainer.report import reporting
+    from stack.readers import reporting
 
     if "WANDB_API_KEY" not in env and reporting.KEY_SET not in env:
         return None
@@ -492,9 +514,11 @@ def check_hub_access(env, probes):
     settings, _problems = env.trainer()
     if not settings.hub.model_id:
         return None
-    from trainer.hub import hub_access
-
-    return hub_access.problem(settings.hub)
+    hub = settings.hub
+    # The trainer's own question (trainer/hub/hub_access.py): it asks through huggingface_hub, which stack does not
+    # carry. The settings travel as read here, so the child judges exactly what this process read.
+    given = {"HUB_MODEL_ID": hub.model_id, "HUB_TOKEN": hub.token, "HF_ENDPOINT": hub.endpoint}
+    return _trainer_check("trainer.hub.hub_access", [], env=given, timeout_s=300)
 
 
 def check_run_name(env, probes):
@@ -508,13 +532,13 @@ def check_run_name(env, probes):
 
 
 def check_resume(env, probes):
-    """An explicit RUN_NAME whose every checkpoint is broken (trainer/resume.py): refused here, before the engine
+    """An explicit RUN_NAME whose every checkpoint is broken (stack/resume.py): refused here, before the engine
     loads, in the line the trainer would stop with. A broken newest one with an older that loads is passed over
     by the trainer (it names it), not refused."""
     settings, _problems = env.trainer()
     if not settings.run_name_explicit:
         return None
-    from trainer.resume import pick
+    from stack.resume import pick
 
     pick(settings.run_dir)  # EnvError: its line is the finding
     return None

@@ -1,5 +1,5 @@
 """The GPU guards that depend on the form: how many GPUs (two-GPU form, or one GPU through WEIGHT_TRANSFER=ipc),
-and, on one GPU, whether engine and trainer fit on it together (trainer/device/gpu_share.py has the arithmetic).
+and, on one GPU, whether engine and trainer fit on it together (stack/sizing/gpu_share.py has the arithmetic).
 
 The form is the weight transfer's (stack/backends.py): NCCL cannot put the engine's rank and the trainer's on one
 device, so `nccl` needs a GPU each; `ipc` (compose.one-gpu.yaml) shares GPU 0.
@@ -104,7 +104,7 @@ def engine_fraction(env) -> float | None:
 def check_one_gpu_fit(env, probes):
     """On one GPU: model + KV cache + trainer fit the card, and ENGINE_GPU_MEMORY_UTILIZATION leaves the trainer
     its measured need. One line with the numbers, and the derived fraction to set."""
-    from trainer.device import gpu_share, limits, precision
+    from stack.sizing import gpu_share, limits, precision
 
     if env.checked("REQUIRED_GPUS") == 0 or not _transfer(env).same_gpu:
         return None

@@ -12,13 +12,13 @@ Environment:
   MOCK_SCRIPT_FILE, MOCK_SCRIPT_PROB   scripted mode (mock_engine.script)
   MOCK_OFF_SCRIPT                     free | command: what an off-script turn of a scripted task is
   MOCK_FAULTS, MOCK_SLOW_S, MOCK_ERROR_STATUS, MOCK_ERROR_RATE   fault switches (mock_engine.faults)
-  TURN_END_TOKENS        the stop set, as the production engine's (engine/turn_end.py): auto (default) stops
+  TURN_END_TOKENS        the stop set, as the production engine's (stack/serving/turn_end.py): auto (default) stops
                          on the chat template's turn end alone, model on the generation config's eos ids
   MOCK_CHAT_RULES        chatml (default): the mock's own template, a call kept only when it round-trips;
                          qwen3: Qwen3's thinking rules and vLLM's hermes split (mock_engine/tokenizer.py,
                          toolcalls.py), so the CPU form forks where the GPU would (compose.cpu.yaml sets it)
   CHAT_TEMPLATE_FIX, TURN_CHAIN_CHECK, CHAT_TEMPLATE_KWARGS, TOOL_CALL_PARSER, REASONING_PARSER
-                         as the production engine's (engine/served_template.py): the template served is
+                         as the production engine's (stack/serving/served_template.py): the template served is
                          derived and checked to chain at start, the same way
 """
 
@@ -60,8 +60,8 @@ FIELDS = Table(
 
 
 def main() -> None:
-    from engine import turn_end
     from mock_engine import faults, script
+    from stack.serving import turn_end
 
     read = Env(collect=True)
 
@@ -113,10 +113,10 @@ def main() -> None:
     import torch
     import uvicorn
 
-    from engine import chain, served_template
     from mock_engine.app import Settings, create_app, generation_defaults, stop_plan
     from mock_engine.lm import TinyLM
     from mock_engine.tokenizer import RULES
+    from stack.serving import chain, served_template
 
     torch.set_num_threads(threads)
     settings = Settings(

@@ -42,9 +42,9 @@ def generation_defaults(model_dir: str) -> dict:
 
 def stop_plan(tokenizer, model_dir: str, setting: str):
     """The stop set under TURN_END_TOKENS (`setting`), from the model folder's generation_config.json and
-    the chat template, by the engine launcher's own rules (engine/turn_end.py): the mock stops where vLLM
+    the chat template, by the engine launcher's own rules (stack/serving/turn_end.py): the mock stops where vLLM
     launched by services/engine would."""
-    from engine import turn_end
+    from stack.serving import turn_end
 
     try:
         config_eos = json.loads((Path(model_dir) / "generation_config.json").read_text()).get("eos_token_id")
@@ -314,8 +314,8 @@ def create_app(settings: Settings, lm: TinyLM, script: Script | None, faults: fa
         )
 
     def _as_vllm_renders(messages: list) -> list:
-        """What vLLM 0.31 hands the template (engine/chain.py: None content as "", arguments as a dict)."""
-        from engine.chain import as_vllm_renders
+        """What vLLM 0.31 hands the template (stack/serving/chain.py: None content as "", arguments as a dict)."""
+        from stack.serving.chain import as_vllm_renders
 
         try:
             return [as_vllm_renders(m) if isinstance(m, dict) else m for m in messages]

@@ -58,7 +58,7 @@ class TinyLM:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.max_model_len = max_model_len
         self.max_new_tokens = max_new_tokens
-        # The stop set, as the engine's: TURN_END_TOKENS decides it (use_stops; engine/turn_end.py). Until
+        # The stop set, as the engine's: TURN_END_TOKENS decides it (use_stops; stack/serving/turn_end.py). Until
         # then the chat template's turn end alone (<|im_end|>). Stopping on <|endoftext|> too forked
         # conversations: the template re-renders every assistant turn with <|im_end|>, so a turn that ended
         # on the other token no longer prefixes the next prompt (measured: 1 fork in 36 free-sampled turns).
@@ -77,7 +77,7 @@ class TinyLM:
         self._declared: set[str] | None = None
 
     def use_stops(self, plan) -> None:
-        """Stop where the engine would under TURN_END_TOKENS (an engine.turn_end.Plan)."""
+        """Stop where the engine would under TURN_END_TOKENS (a stack.serving.turn_end.Plan)."""
         self.eos_ids = set(plan.stops)
         if plan.turn_end is not None:
             self.turn_end = plan.turn_end

@@ -7,7 +7,7 @@ template renders mini-swe-agent's conversation, `TinyLM.sample` draws every toke
 truncation, nothing scripted), `toolcalls.parse` decides whether the agent would see a tool call.
 Prints the fraction of valid actions (one bash call that writes a letter and submits, ended by the
 end-of-turn token), the rate of each letter, the pass rate the family's verifier would give, and the
-top-two gap the engine probe measures (services/engine/probe.py needs >= 0.5 at T=1 that halves at T=2).
+top-two gap the engine probe measures (services/stack/serving/probe.py needs >= 0.5 at T=1 that halves at T=2).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mock_engine.build_policy import LETTERS, random_uname, read_tasks
 
 REWARDED = "C"  # datasets/pick-answer/generate.py: the letter the family's verifier rewards
 _ANSWER = re.compile(r"printf ([A-Z]) > /app/answer\.txt && " + re.escape(agent_turns.SUBMIT))
-PROBE_PROMPT = "Reply with exactly: hello"  # services/engine/probe.py and OpenEnv's validate_llm
+PROBE_PROMPT = "Reply with exactly: hello"  # services/stack/serving/probe.py and OpenEnv's validate_llm
 
 
 @dataclass

@@ -61,7 +61,7 @@ CHAT_TEMPLATE = "".join(
 
 
 # MOCK_CHAT_RULES=qwen3: the same template with Qwen3's THINKING rules, in the published template's own
-# expressions (tests/fixtures/chat_templates/qwen3.jinja), so engine/template_fix.py derives from it exactly as
+# expressions (tests/fixtures/chat_templates/qwen3.jinja), so stack/serving/template_fix.py derives from it exactly as
 # from Qwen3's and the CPU form forks where a GPU would: a history turn's think block is rendered only after
 # the last user message, and (as published) only when it has reasoning; text before a call is followed by the
 # template's own newline; thinking off (enable_thinking false) closes an empty think block in the generation

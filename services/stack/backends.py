@@ -137,7 +137,7 @@ class WeightTransfer:
     same_gpu: bool = False
     # The engine must unpickle what the trainer sends (VLLM_ALLOW_INSECURE_SERIALIZATION=1): docs/ONE-GPU.md.
     insecure_serialization: bool = False
-    # The engine is vLLM, which serves bfloat16: float32 weights train under bfloat16 autocast (trainer/device/precision.py).
+    # The engine is vLLM, which serves bfloat16: float32 weights train under bfloat16 autocast (stack/sizing/precision.py).
     # The mock engine serves float32, so its form computes in the weights' own dtype.
     serves_bfloat16: bool = False
     # The engine route that reports which weight version it serves ("": the engine has none, e.g. vLLM), polled by

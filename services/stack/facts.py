@@ -15,7 +15,7 @@ from __future__ import annotations
 AGENT_INSTALLS = ("online", "preinstalled", "wheelhouse")
 
 # mini-swe-agent 2.4.6's one tool (minisweagent/models/utils/actions_toolcall.py), as the agent sends it with every
-# model call: the engine's chain check (engine/chain.py) and the mock engine (mock_engine/agent_turns.py) render it.
+# model call: the engine's chain check (stack/serving/chain.py) and the mock engine (mock_engine/agent_turns.py) render it.
 MINI_SWE_AGENT_BASH_TOOL = {
     "type": "function",
     "function": {

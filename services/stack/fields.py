@@ -1,6 +1,6 @@
 """The settings more than one service reads, each declared once: name, type, bounds, default, doc, fix.
 
-A service's own table (trainer/config.py, stack/readers/env_server.py, stack/readers/tunnel_check.py,
+A service's own table (stack/readers/trainer.py, stack/readers/env_server.py, stack/readers/tunnel_check.py,
 engine/command.py, guards/checks.py, ...) includes the ones it reads from here, so preflight and the
 service refuse a value with the same line. Standard library only, like the rest of `stack`.
 """
@@ -129,7 +129,7 @@ ENGINE_MAX_MODEL_LEN = Field(
     minimum=1,
     maximum=MAX_CONTEXT_TOKENS,
 )
-# The engine (vLLM) and its CPU stand-in (the mock engine) both stop turns by it: engine/turn_end.py.
+# The engine (vLLM) and its CPU stand-in (the mock engine) both stop turns by it: stack/serving/turn_end.py.
 TURN_END_TOKENS = Field(
     "TURN_END_TOKENS",
     "text",
@@ -138,8 +138,8 @@ TURN_END_TOKENS = Field(
     "(the model's generation config as is), or a comma-separated list such as <|im_end|>",
     fix="set TURN_END_TOKENS to auto, model, or a comma-separated list of tokens, e.g. <|im_end|>",
 )
-# The engine (vLLM) and the mock engine serve a chat template under which turns chain: engine/template_fix.py,
-# engine/chain.py, engine/served_template.py.
+# The engine (vLLM) and the mock engine serve a chat template under which turns chain: stack/serving/template_fix.py,
+# stack/serving/chain.py, stack/serving/served_template.py.
 CHAT_TEMPLATE_FIX = Field(
     "CHAT_TEMPLATE_FIX",
     "choice",

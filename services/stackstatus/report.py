@@ -21,12 +21,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-# All stdlib-only by design, so the host's system Python runs them: the engine's healthcheck probe, the
-# shared facts (the hand-off's one reading, its file and volume names) and status's own figures.
-from engine.chain import RECORD as CHAIN_RECORD
-from engine.probe import PROVEN_FILE, UNPROVEN_OK, Unhealthy, probe
 from stack import handoff as handoff_record
 from stack.facts import DEFAULT_PORTS, HANDOFF_VOLUME
+
+# All stdlib-only by design, so the host's system Python runs them: the engine's healthcheck probe, the
+# shared facts (the hand-off's one reading, its file and volume names) and status's own figures.
+from stack.serving.chain import RECORD as CHAIN_RECORD
+from stack.serving.probe import PROVEN_FILE, UNPROVEN_OK, Unhealthy, probe
 
 from . import figures, prometheus
 from .verdict import verdict

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 from stack.env import EnvError
+from stack.readers import reporting
+from stack.readers.trainer import from_env
 
-from .config import from_env
-from .report import reporting
 from .train import run
 from .train_script import TrainScriptError, materialize, resolve
 from .watch import stop

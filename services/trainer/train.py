@@ -23,14 +23,14 @@ from openenv.core.harness.capture.upstream import training_sampling
 
 from stack.backends import WEIGHT_TRANSFERS
 from stack.env import EnvError
+from stack.readers.trainer import Settings
+from stack.resume import Pick
+from stack.resume import pick as resume_pick
+from stack.sizing import precision
+from stack.sizing.limits import GC, GC_COMPILE, UnknownModel, derive_limits, startup_report
 
 from . import hooks
-from .config import Settings
-from .device import precision
-from .device.limits import GC, GC_COMPILE, DroppedSampleCounter, UnknownModel, derive_limits, startup_report
 from .report import reporting
-from .resume import Pick
-from .resume import pick as resume_pick
 from .rollouts import staleness
 from .rollouts.factory import HarborSessionFactory, runner_from_settings
 from .rollouts.reward import HarborReward
@@ -38,6 +38,7 @@ from .rollouts.session import RolloutFailed
 from .rollouts.task_select import training_rows
 from .transfer import weights
 from .watch import engine_gone, healthcheck, mismatch, stop
+from .watch.dropped_samples import DroppedSampleCounter
 from .watch.engine_gone import EngineGone, HealthWatch
 from .watch.status import RunStatus
 from .watch.status_callback import StatusCallback

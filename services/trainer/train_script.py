@@ -3,11 +3,14 @@
 Resolved and compiled at startup, so a stale URL or a typo fails in seconds (in preflight, before the
 engine loads) instead of minutes into a paid run. A URL is fetched once into the run's folder and that
 copy is what runs, so the script cannot change under a resumed run.
+
+    python -m trainer.train_script SPEC      preflight's check (guards runs it): the refusal's line and exit 1
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -81,3 +84,19 @@ def materialize(resolved: Resolved, run_dir: str | os.PathLike) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(resolved.source)
     return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Resolve SPEC as the trainer will; print the refusal's one line and exit 1, or exit 0. Guards runs this
+    instead of importing the trainer: the fetch needs requests, which stack (all guards imports) does not carry."""
+    (spec,) = sys.argv[1:] if argv is None else argv
+    try:
+        resolve(spec)
+    except TrainScriptError as exc:
+        print(exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,7 +33,7 @@ from pathlib import Path
 import check_form
 
 from stack.env import Env, EnvError
-from trainer.config import latest_checkpoint
+from stack.readers.trainer import latest_checkpoint
 
 RUN_PREFIX = "gpu-check"
 

@@ -45,9 +45,9 @@ import check_usage
 import httpx
 from check_wait import Budget, NotReady, Readiness, command_check, run_until, wait_until
 
-from engine.probe import UNPROVEN_OK
 from stack.env import EnvError
-from trainer.device import precision
+from stack.serving.probe import UNPROVEN_OK
+from stack.sizing import precision
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -56,7 +56,7 @@ REPO = HERE.parents[1]
 LOGPROB_MEAN_TOL = 0.06
 LOGPROB_MAX_TOL = 0.5
 PROBE = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "List the files."}]
-# What the trainer runs in production on a GPU (trainer/device/precision.py): float32 weights and AdamW state, the forward
+# What the trainer runs in production on a GPU (stack/sizing/precision.py): float32 weights and AdamW state, the forward
 # and backward under bfloat16 autocast. Not the CPU form's all-float32.
 PRODUCTION = precision.Precision(weights="float32", compute="bfloat16")
 
@@ -179,7 +179,7 @@ def build_model(model: Path, timeout_s: float) -> None:
 
 
 def precision_problem(form: check_form.Form, dtype: str) -> str | None:
-    """The trainer chooses its dtype path from WEIGHT_TRANSFER (trainer/device/precision.py `choose`): the form's must be
+    """The trainer chooses its dtype path from WEIGHT_TRANSFER (stack/sizing/precision.py `choose`): the form's must be
     the production one, not the CPU form's all-float32."""
     try:
         chosen = precision.choose(form.weight_transfer, dtype)
@@ -189,7 +189,7 @@ def precision_problem(form: check_form.Form, dtype: str) -> str | None:
         return None
     return (
         f"gpu-check: {form.name} form: the trainer would run {chosen.describe()} with WEIGHT_TRANSFER="
-        f"{form.weight_transfer}, not the production path ({PRODUCTION.describe()}): trainer/device/precision.py "
+        f"{form.weight_transfer}, not the production path ({PRODUCTION.describe()}): stack/sizing/precision.py "
         f"`choose` must give WEIGHT_TRANSFER={form.weight_transfer} bfloat16 autocast as it gives nccl"
     )
 

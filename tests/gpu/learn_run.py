@@ -28,8 +28,8 @@ from check_stack import free_port
 from check_wait import NotReady, Readiness, command_check, tail, wait_until
 from learn_verdict import gate_failures, log_history, table
 
-from engine.probe import UNPROVEN_OK
 from stack.env import Env, EnvError
+from stack.serving.probe import UNPROVEN_OK
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

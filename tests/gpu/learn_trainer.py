@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE.parents[1]))  # benchmarks/ (the FA2 varlen kernel) 
 from learn_agent import LocalAgentRunner, read_split  # noqa: E402
 from learn_control import wrap_build  # noqa: E402
 
-from trainer.config import from_env  # noqa: E402
+from stack.readers.trainer import from_env  # noqa: E402
 
 
 def runner(settings) -> LocalAgentRunner:

@@ -24,7 +24,7 @@ from scripted_agent import ScriptedAgentRunner  # noqa: E402
 
 from benchmarks.trainer_gpu import attention  # noqa: E402
 from guards.checks import run_all  # noqa: E402
-from trainer.config import from_env  # noqa: E402
+from stack.readers.trainer import from_env  # noqa: E402
 from trainer.train import run  # noqa: E402
 
 NUDGE = "Use the bash tool: reply with a <tool_call>."

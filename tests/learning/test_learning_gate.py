@@ -62,7 +62,7 @@ PORTS = {"ENGINE_PORT": 18811, "ENV_SERVER_PORT": 18810, "CAPTURE_PORT": 18910, 
 MAX_STEPS = 15
 STOP_AT = 7  # SIGTERM once this step is logged: the resume check, mid-curve
 SAVE_STEPS = 5
-MISMATCH_BOUND = 0.02  # STOP_MISMATCH_KL's default (trainer/watch/stop_rules.py)
+MISMATCH_BOUND = 0.02  # STOP_MISMATCH_KL's default (stack/readers/stop_rules.py)
 # A step whose every sample was drawn by the weights the trainer holds (staleness 0: the first step, the first after
 # a resume) carries no drift, only the engine-trainer gap: both runs measured 8.6e-09..1.0e-08 there (float32 on both
 # sides). A defect (other weights, another dtype, an off-by-one alignment) puts typical tokens a nat or more apart.

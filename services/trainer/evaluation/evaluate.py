@@ -228,7 +228,7 @@ def write_report(doc: dict, folder: Path, stem: str = "eval") -> Path:
 
 
 def evaluate(runner: Any, rows: Sequence[dict], s: Any, *, label: str, splits: Sequence[str] = ()) -> dict:
-    """Run the evaluation described by settings `s` (trainer.config.Settings) and return its document."""
+    """Run the evaluation described by settings `s` (stack.readers.trainer.Settings) and return its document."""
     e = s.evaluation
     splits = resolve_splits(rows, list(splits or e.datasets))
     tasks = select_tasks(rows, splits, e.max_tasks)
@@ -267,7 +267,8 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
     parser.add_argument("--label", default="", help="what is being evaluated, for the tables (default: base <MODEL>)")
     args = parser.parse_args(argv)
 
-    from ..config import from_env
+    from stack.readers.trainer import from_env
+
     from ..rollouts.factory import runner_from_settings
 
     try:

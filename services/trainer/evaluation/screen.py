@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None, runner: Any = None) -> int:
         print("screen: --attempts must be at least 2 (one attempt cannot show a pass rate strictly between 0 and 1)")
         return 2
 
-    from ..config import from_env
+    from stack.readers.trainer import from_env
+
     from ..rollouts.factory import runner_from_settings
 
     s = from_env()

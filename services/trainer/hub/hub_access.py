@@ -4,9 +4,17 @@ alone holds HUB_TOKEN): otherwise a read-only or foreign token is found by the p
 huggingface_hub 1.33.0's own calls (hf_api.py): `whoami` (GET /api/whoami-v2) names the token's user, orgs and
 role; `auth_check(write=True)` (GET /api/models/{repo}/auth-check/write) answers for a repo that exists. A repo
 not created yet (the trainer creates it at the first push) is judged by the namespace and the token's role.
+
+    python -m trainer.hub.hub_access     guards' check: HUB_MODEL_ID, HUB_TOKEN, HF_ENDPOINT from the environment;
+                                         the finding's one line and exit 1, else exit 0
 """
 
 from __future__ import annotations
+
+import os
+import sys
+
+from stack.readers.trainer import HubSettings
 
 FIX = "set HUB_TOKEN to a write token of that namespace (huggingface.co/settings/tokens), or unset HUB_MODEL_ID"
 
@@ -58,3 +66,20 @@ def _unreachable(repo: str, where: str, exc: Exception) -> None:
         flush=True,
     )
     return None
+
+
+def main() -> int:
+    """Guards runs this instead of importing the trainer: huggingface_hub and httpx are the trainer's, and stack
+    (all guards imports) carries neither. A note printed on the way (a Hub that does not answer) comes out too."""
+    hub = HubSettings(
+        model_id=os.environ["HUB_MODEL_ID"], token=os.environ.get("HUB_TOKEN", ""), endpoint=os.environ["HF_ENDPOINT"]
+    )
+    line = problem(hub)
+    if line:
+        print(line)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folder", default="final", help="final (default) or checkpoint-N")
     args = parser.parse_args(argv)
 
-    from ..config import from_env
+    from stack.readers.trainer import from_env
 
     s = from_env()
     if not s.hub.model_id:

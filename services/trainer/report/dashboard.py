@@ -18,8 +18,9 @@ from pathlib import Path
 
 from stack import fields
 from stack.env import Env, EnvError, Field, Table
+from stack.readers.reporting import PROJECT, backend
 
-from .reporting import PROJECT, backend, log_dirs
+from .reporting import log_dirs
 
 FIELDS = Table(
     fields.REPORT_TO,

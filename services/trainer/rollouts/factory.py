@@ -23,7 +23,8 @@ from openenv.core.harness import ResourceSessionFactory
 from openenv.harbor.client import HarborEnv
 from openenv.harbor.models import HarborRolloutResult
 
-from ..config import Settings
+from stack.readers.trainer import Settings
+
 from .session import HarborRolloutSession
 from .waiting import Backoff, is_refusal
 

@@ -104,7 +104,7 @@ class HarborReward:
     """`rollout_reward_fn` for TRL's harness worker. Module-level and frozen: it is pickled to the worker."""
 
     tool_efficiency_bonus: float
-    step_limit: int  # the run's AGENT_STEP_LIMIT (trainer.config); no default of its own to drift
+    step_limit: int  # the run's AGENT_STEP_LIMIT (stack.readers.trainer); no default of its own to drift
 
     def bonus(self, verdict: bool | None, tool_calls: int) -> float:
         if verdict is not True or self.tool_efficiency_bonus <= 0:

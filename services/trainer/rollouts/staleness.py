@@ -26,7 +26,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from ..device.limits import DEFAULT_TURNS, TurnSizes
+from stack.sizing.limits import DEFAULT_TURNS, TurnSizes
 
 TRL_DEFAULT = 4
 

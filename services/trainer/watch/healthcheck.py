@@ -24,25 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from stack.env import Env, EnvError, Field
+from stack.env import Env, EnvError
+from stack.readers.trainer_health import POINTER_FIELD, STALE_S
 
 LIVE = ("starting", "warming-up", "training", "finished")
-STALE_S = Field(
-    "TRAINER_STALE_S",
-    "number",
-    1800.0,
-    "unhealthy when the run's status has not been rewritten for this long (no step finished)",
-    fix="set it to a number of seconds above 0",
-    above=0,
-    # A day: a run that finished no step for longer is the stuck run this check exists to show.
-    maximum=86_400,
-    fix_above="set it to at most 86400 seconds (a day), e.g. 1800",
-)
-# Where the trainer announces its status file; a test points it elsewhere.
-POINTER_FIELD = Field(
-    "TRAINER_STATUS_POINTER", "path", "/tmp/asyncgrpo-trainer-status-path", "the status-path pointer file"
-)
-FIELDS = (STALE_S, POINTER_FIELD)
 POINTER = Path(Env(collect=True).get(POINTER_FIELD))
 DEFAULT_STALE_S = STALE_S.default
 

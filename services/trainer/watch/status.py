@@ -50,7 +50,7 @@ METRICS = {
     "turns_mean": "rollout/turns_mean",
     "samples_per_rollout": "rollout/samples_per_rollout",
     "forked_rollout_frac": "harbor/forked_rollout_frac",
-    # The run total (trainer.device.limits.DroppedSampleCounter); TRL logs only per-window counts.
+    # The run total (trainer.watch.dropped_samples.DroppedSampleCounter); TRL logs only per-window counts.
     "dropped_oversize_total": "batch/dropped_oversize_cumulative",
     "stale_frac": "sample/dropped_stale_frac",  # the STOP_STALE_FRAC rule's figure
     # TRL's share of turn transitions that forked: the forking stop rule's figure.

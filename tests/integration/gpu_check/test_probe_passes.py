@@ -4,7 +4,7 @@ seven minutes of GPU time (issue 26: the check's old model gave real vLLM a top-
 probe's 0.5, and the engine never came up).
 
 Real: the check's own build script (tests/gpu/build_model.py, the same weights on any machine: drawn on the
-CPU from fixed seeds) and the production probe (`engine.probe.probe`: its requests, prompts, bars and verdict).
+CPU from fixed seeds) and the production probe (`stack.serving.probe.probe`: its requests, prompts, bars and verdict).
 Stand-in for vLLM, which needs a GPU: cpu_engine.py, transformers' float32 forward of the built folder behind
 vLLM's wire format, with processed logprobs computed as vLLM computes them, log_softmax(logits / temperature).
 vLLM computes in bf16, hence the margin below.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import probe
+from stack.serving import probe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "gpu"))

@@ -1,5 +1,5 @@
 """The production engine's launcher (`python -m engine`) on the tiny model, with a stand-in `vllm` on PATH
-that prints its arguments: the stop set it hands vLLM for each TURN_END_TOKENS (engine/turn_end.py).
+that prints its arguments: the stop set it hands vLLM for each TURN_END_TOKENS (stack/serving/turn_end.py).
 
 The tiny model is shaped like Qwen3 here: its generation config stops on <|im_end|> (2) and <|endoftext|> (0),
 its chat template closes an assistant turn with <|im_end|>. Needs transformers (the mock-engine image):

@@ -40,8 +40,8 @@ def test_healthcheck_passes_on_a_trainable_engine(engine):
     result = run_probe(engine)  # as compose runs it: no arguments, ENGINE_HOST/ENGINE_PORT
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("engine healthy:")
-    # The mock's start-up lines on turn ends (engine/turn_end.py) and on the served template and its chain check
-    # (engine/served_template.py), repeated by the healthcheck in that order: one line.
+    # The mock's start-up lines on turn ends (stack/serving/turn_end.py) and on the served template and its chain check
+    # (stack/serving/served_template.py), repeated by the healthcheck in that order: one line.
     assert (
         "; turn end <|im_end|> (2): the engine stops on it alone "
         "(TURN_END_TOKENS=auto); the model's generation config also stops on <|endoftext|> (0), which the chat "
@@ -114,7 +114,7 @@ def test_openenvs_probe_cannot_tell_through_that_generation_config(engine_with_g
 def test_the_healthcheck_proves_processed_logprobs_through_that_generation_config(engine_with_generation_config):
     result = run_probe(engine_with_generation_config, engine_with_generation_config)
     assert result.returncode == 0, result.stdout + result.stderr
-    # The verdict, then the turn-end line the healthcheck appends (engine/turn_end.py).
+    # The verdict, then the turn-end line the healthcheck appends (stack/serving/turn_end.py).
     assert "; logprobs mode processed; turn end <|im_end|> (2): " in result.stdout, result.stdout
 
 

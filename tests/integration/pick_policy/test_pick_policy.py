@@ -50,5 +50,5 @@ def test_the_engine_probe_can_grade_it(lm):
     from mock_engine.policy_eval import probe_gaps
 
     at_1, at_2 = probe_gaps(lm)
-    # services/engine/probe.py needs a top-two gap >= 0.5 at T=1 that halves at T=2 (processed logprobs).
+    # services/stack/serving/probe.py needs a top-two gap >= 0.5 at T=1 that halves at T=2 (processed logprobs).
     assert at_1 >= 1.0 and at_2 == pytest.approx(at_1 / 2, rel=0.01), (at_1, at_2)

@@ -17,7 +17,7 @@ import sys
 from scripted_agent import ScriptedAgentRunner
 
 from guards.checks import run_all
-from trainer.config import from_env
+from stack.readers.trainer import from_env
 from trainer.train import run
 
 

@@ -12,7 +12,7 @@ from transformers import TrainerCallback  # noqa: E402
 
 from benchmarks.trainer_gpu import attention, harness  # noqa: E402
 from benchmarks.trainer_gpu.trajectories import rollout_sample  # noqa: E402
-from trainer.device.limits import DroppedSampleCounter  # noqa: E402
+from trainer.watch.dropped_samples import DroppedSampleCounter  # noqa: E402
 
 BUDGET = 256
 OVERSIZE = 400

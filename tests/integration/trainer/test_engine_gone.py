@@ -32,7 +32,7 @@ from cpu_engine import cpu_engine, tiny_model
 from support import free_ports, wait_healthy
 from transformers import AutoModelForCausalLM
 
-from trainer import config
+from stack.readers import trainer as config
 from trainer.transfer import weights
 from trainer.watch import engine_gone
 from trainer.watch.engine_gone import EngineGone, HealthWatch

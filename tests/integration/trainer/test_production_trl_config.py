@@ -13,7 +13,8 @@ Runs in the trainer image: tests/run-in-image trainer -q tests/integration/train
 import transformers
 import transformers.training_args
 
-from trainer import config, train
+from stack.readers import trainer as config
+from trainer import train
 
 
 def trl(tmp_path, **env):

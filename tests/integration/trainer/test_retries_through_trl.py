@@ -18,6 +18,7 @@ from trl.experimental.async_grpo import openenv_harness
 from trl.experimental.async_grpo.async_rollout_worker import TurnRecord
 from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
 
+from stack.readers.stop_rules import FIELDS as STOP_FIELDS
 from trainer.rollouts.factory import HarborSessionFactory, prompt_row
 from trainer.rollouts.worker import HarborRolloutLoop
 from trainer.watch import stop_rules
@@ -90,7 +91,7 @@ def logged(turns):
 
 
 def forking_rule():
-    return stop_rules.StopRules({"STOP_FORKING_FRAC": float(stop_rules.FIELDS["STOP_FORKING_FRAC"].default)}, 1)
+    return stop_rules.StopRules({"STOP_FORKING_FRAC": float(STOP_FIELDS["STOP_FORKING_FRAC"].default)}, 1)
 
 
 def test_a_dropped_reply_retry_is_a_retry_not_a_fork_and_the_rule_does_not_fire():

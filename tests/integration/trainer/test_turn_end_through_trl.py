@@ -8,7 +8,7 @@ turn end alone: the other token stays in the reply, the turn closes on `<|im_end
 conversation chains into one row. With TURN_END_TOKENS=model (the guard off: the stop set left at both
 tokens) each turn ends on `<|endoftext|>`, the next prompt renders `<|im_end|>` in its place, and both
 transitions fork. Replies carry no tool call and the tools are offered, as mini-swe-agent's calls carry
-them (vLLM 0.31's hermes parser then keeps special tokens in the text: engine/turn_end.py).
+them (vLLM 0.31's hermes parser then keeps special tokens in the text: stack/serving/turn_end.py).
 
 In process (FastAPI's TestClient), about 20 s on two cores. Runs in the trainer image (TRL, the mock engine
 and its tiny model): tests/run-in-image trainer tests/integration/trainer/test_turn_end_through_trl.py

@@ -18,7 +18,7 @@ import huggingface_hub.constants
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
-from trainer.config import from_env
+from stack.readers.trainer import from_env
 from trainer.rollouts.factory import prompt_row
 from trainer.train import run
 from trainer.watch import healthcheck

@@ -16,7 +16,8 @@ from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 from trl.experimental.async_grpo.weight_transfer import WeightTransferClient
 
-from trainer import config, train
+from stack.readers import trainer as config
+from trainer import train
 from trainer.transfer import weights
 
 

@@ -1,7 +1,7 @@
 """One optimizer step at the production defaults moves the weights it should.
 
-The production path: trainer.config's defaults (WEIGHT_TRANSFER=nccl, LEARNING_RATE=1e-6, TRAIN_DTYPE) ->
-trainer.device.precision -> the AsyncGRPOConfig kwargs the trainer passes (dtype, bf16) -> the optimizer transformers builds
+The production path: stack.readers.trainer's defaults (WEIGHT_TRANSFER=nccl, LEARNING_RATE=1e-6, TRAIN_DTYPE) ->
+stack.sizing.precision -> the AsyncGRPOConfig kwargs the trainer passes (dtype, bf16) -> the optimizer transformers builds
 from that config (its default AdamW) -> forward/backward under the autocast the config asks for -> gradient clipping
 at the config's max_grad_norm -> one step. The model is a small Qwen3 built locally (no download) with Qwen3's own
 initialiser (std 0.02 matrices, norm gains 1.0): a CPU stands in for the GPU, and bfloat16 rounding is the same there.
@@ -19,8 +19,8 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM, Trainer
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
-from trainer import config
-from trainer.device import precision
+from stack.readers import trainer as config
+from stack.sizing import precision
 
 MOVED_AT_LEAST = 0.999
 

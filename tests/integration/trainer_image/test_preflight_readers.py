@@ -23,7 +23,7 @@ def test_the_trainer_image_imports_every_reader_preflight_runs():
         docker_missing(f"{IMAGE} is not built (or no Docker daemon answers): scripts/build-cpu-images")
     code = (
         "import importlib\n"
-        "for name in ('guards.checks', 'stack.readers.env_server', 'stack.readers.tunnel_check', 'trainer.config'):\n"
+        "for name in ('guards.checks', 'stack.readers.env_server', 'stack.readers.tunnel_check', 'stack.readers.trainer'):\n"
         "    importlib.import_module(name)\n"
         "print('imported')\n"
     )

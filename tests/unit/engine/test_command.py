@@ -147,7 +147,7 @@ def test_the_launcher_refuses_with_one_line_and_never_execs(tmp_path):
     assert line.startswith("engine: refusing to start:") and "127.0.0.1" in line
 
 
-# --- the stop set (engine/turn_end.py, engine/stops.py) -------------------------------------------------
+# --- the stop set (stack/serving/turn_end.py, engine/stops.py) -------------------------------------------------
 
 
 def test_the_generation_config_the_launcher_wrote_is_passed_to_vllm():

@@ -1,9 +1,10 @@
-"""The healthcheck repeats the launcher's turn-end line (engine/turn_end.py) at the end of a healthy verdict:
-still ONE line, and a disagreement there is said, never made unhealthy."""
+"""The healthcheck (`python -m engine.probe`) repeats the launcher's turn-end line (stack/serving/turn_end.py)
+at the end of a healthy verdict: still ONE line, and a disagreement there is said, never made unhealthy."""
 
 from engine_standin import Engine
 
-from engine import probe, turn_end
+from engine import probe as healthcheck
+from stack.serving import probe, turn_end
 
 DISAGREE = (
     "turn ends DISAGREE: the engine stops on <|im_end|> (151645), <|endoftext|> (151643) (TURN_END_TOKENS=model), "
@@ -28,7 +29,7 @@ def test_a_healthy_verdict_ends_with_the_launchers_line(tmp_path):
 
 
 def test_the_healthcheck_reads_the_record_the_launcher_writes(tmp_path, monkeypatch, capsys):
-    from engine import chain
+    from stack.serving import chain
 
     engine = Engine(lambda t: 4.0 / t)
     try:
@@ -37,7 +38,7 @@ def test_the_healthcheck_reads_the_record_the_launcher_writes(tmp_path, monkeypa
         monkeypatch.setattr(chain, "RECORD", tmp_path / "chain")
         monkeypatch.setattr(probe, "PROVEN_FILE", tmp_path / "proven")
         turn_end.write_record(DISAGREE)
-        assert probe.main([engine.url]) == 0
+        assert healthcheck.main([engine.url]) == 0
         (line,) = capsys.readouterr().out.splitlines()
         assert line.startswith("engine healthy:") and line.endswith(DISAGREE)
     finally:
@@ -51,8 +52,8 @@ SERVED = (
 
 
 def test_the_healthcheck_also_says_which_template_is_served_and_that_turns_chain(tmp_path, monkeypatch, capsys):
-    """engine/served_template.py's line (the launcher writes it to chain.RECORD) follows the turn-end line."""
-    from engine import chain
+    """stack/serving/served_template.py's line (the launcher writes it to chain.RECORD) follows the turn-end line."""
+    from stack.serving import chain
 
     engine = Engine(lambda t: 4.0 / t)
     try:
@@ -61,7 +62,7 @@ def test_the_healthcheck_also_says_which_template_is_served_and_that_turns_chain
         monkeypatch.setattr(probe, "PROVEN_FILE", tmp_path / "proven")
         turn_end.write_record(DISAGREE)
         chain.write_record(SERVED)
-        assert probe.main([engine.url]) == 0
+        assert healthcheck.main([engine.url]) == 0
         (line,) = capsys.readouterr().out.splitlines()
         assert line.endswith(f"; logprobs mode processed; {DISAGREE}; {SERVED}")
     finally:

@@ -8,7 +8,8 @@ tests/integration/mock_engine/test_probes.py)."""
 import pytest
 from engine_standin import MODEL, Engine
 
-from engine import probe
+from engine import probe as healthcheck
+from stack.serving import probe
 
 
 @pytest.fixture
@@ -88,8 +89,8 @@ def test_the_healthcheck_reads_the_override_from_its_environment(engine_factory,
     monkeypatch.setattr(probe, "PROVEN_FILE", tmp_path / "proven")
     engine = engine_factory(lambda t: None)
     monkeypatch.setenv("ENGINE_LOGPROBS_UNPROVEN_OK", MODEL)
-    assert probe.main([engine.url]) == 0
+    assert healthcheck.main([engine.url]) == 0
     assert "logprobs mode UNPROVEN" in capsys.readouterr().out
     monkeypatch.setenv("ENGINE_LOGPROBS_UNPROVEN_OK", "")
-    assert probe.main([engine.url]) == 1
+    assert healthcheck.main([engine.url]) == 1
     assert capsys.readouterr().out.startswith("engine UNHEALTHY: processed logprobs not proven")

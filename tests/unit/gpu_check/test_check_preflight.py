@@ -19,7 +19,7 @@ import check_form  # noqa: E402
 import check_stack  # noqa: E402
 
 from stack.backends import WEIGHT_TRANSFERS  # noqa: E402
-from trainer.device import precision  # noqa: E402
+from stack.sizing import precision  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 ONE = check_form.choose("auto", 1, "test", {})
@@ -61,7 +61,7 @@ def test_a_form_whose_transfer_gets_the_cpu_forms_float32_is_refused_before_the_
     assert check_stack.precision_problem(cpu_like, "float32") == (
         "gpu-check: one-GPU form: the trainer would run float32 weights, AdamW state and compute with "
         "WEIGHT_TRANSFER=mock, not the production path (float32 weights and AdamW state, bfloat16 compute "
-        "(autocast)): trainer/device/precision.py `choose` must give WEIGHT_TRANSFER=mock bfloat16 autocast as it gives nccl"
+        "(autocast)): stack/sizing/precision.py `choose` must give WEIGHT_TRANSFER=mock bfloat16 autocast as it gives nccl"
     )
     assert check_stack.PRODUCTION.describe() == "float32 weights and AdamW state, bfloat16 compute (autocast)"
 

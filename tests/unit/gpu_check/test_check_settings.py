@@ -70,7 +70,7 @@ def test_the_model_folder_changes_with_the_build_script(tmp_path):
 
 
 def _complete(ckpt, step):
-    """A checkpoint trainer/resume.py resumes from: its step stated and its weights whole (a 4-byte tensor)."""
+    """A checkpoint stack/resume.py resumes from: its step stated and its weights whole (a 4-byte tensor)."""
     header = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
     (ckpt / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
     (ckpt / "trainer_state.json").write_text(f'{{"global_step": {step}}}')

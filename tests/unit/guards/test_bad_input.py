@@ -9,7 +9,7 @@ from test_checks import GCSFUSE, good_env, probes_for
 from guards import ports
 from guards.checks import run_all
 from stack.facts import CAPTURE_HOST_OPT_OUT_PHRASE
-from trainer.watch.stop_rules import RULES
+from stack.readers.stop_rules import RULES
 
 
 def lines(tmp_path, **over):

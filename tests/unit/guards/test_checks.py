@@ -193,8 +193,8 @@ def test_two_services_on_one_port(tmp_path):
 def test_an_empty_model_or_dataset_is_the_one_default_everywhere(tmp_path):
     """compose passes MODEL and DATASETS through empty when unset: every reader takes the field's default
     (there is no service that would start with an empty model for preflight to refuse)."""
+    from stack.readers import trainer as config
     from stack.readers.env_server import Settings
-    from trainer import config
 
     empty = {"MODEL": "", "DATASETS": ""}
     assert config.from_env(empty).model == Settings.from_env(empty).model == "Qwen/Qwen3-1.7B"
@@ -283,7 +283,7 @@ def test_bad_port_values_are_all_reported(tmp_path):
 
 
 def test_bad_run_name(tmp_path):
-    # The trainer's own reader refuses it too (trainer/config.py), with the same line: printed once.
+    # The trainer's own reader refuses it too (stack/readers/trainer.py), with the same line: printed once.
     found = failures(good_env(tmp_path, RUN_NAME="../etc"), probes_for(tmp_path, GCSFUSE))
     assert list(found.values()) == [
         "RUN_NAME='../etc' is not a usable folder name: use letters, digits, '.', '_' and '-', starting with a "

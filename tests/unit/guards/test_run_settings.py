@@ -14,7 +14,7 @@ from test_checks import GCSFUSE, good_env, probes_for
 from guards import disk, ports
 from guards.checks import run_all
 from stack.env import EnvError
-from trainer import config
+from stack.readers import trainer as config
 
 
 def lines(env, probes, phase="preflight"):
@@ -117,7 +117,7 @@ def test_disk_guard_refuses_with_the_arithmetic(tmp_path):
     probes = probes_for(tmp_path, GCSFUSE)
     probes.model_size = lambda model, hf_home: disk.ModelSize(4 * 10**9, 2, f"{model} on the Hub", False)
     probes.free_bytes = lambda where: 30 * 10**9
-    # bfloat16 checkpoints (the float32 default doubles them: trainer/device/precision.py)
+    # bfloat16 checkpoints (the float32 default doubles them: stack/sizing/precision.py)
     found = dict(lines(good_env(tmp_path, SAVE_TOTAL_LIMIT="2", TRAIN_DTYPE="bfloat16"), probes))
     assert found["disk"].startswith("30.0 GB free at ")
     assert "need 44.0 GB: (SAVE_TOTAL_LIMIT=2 + 1 being written) x 12.0 GB per checkpoint" in found["disk"]

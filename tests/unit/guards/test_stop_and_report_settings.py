@@ -7,7 +7,7 @@ from test_checks import GCSFUSE, good_env, probes_for
 
 from guards.checks import run_all
 from stack.env import EnvError
-from trainer.report import reporting
+from stack.readers import reporting
 from trainer.watch import stop_rules
 
 

@@ -10,8 +10,8 @@ from guards import checks
 from guards.checks import run_all
 from stack import fields
 from stack.env import Env, _n
-from trainer import config
-from trainer.watch import healthcheck
+from stack.readers import trainer as config
+from stack.readers import trainer_health
 
 # Numeric fields without a maximum of their own, each for a reason. Anything else unbounded is a finding.
 UNBOUNDED = {
@@ -22,7 +22,7 @@ UNBOUNDED = {
     "MOCK_MAX_NEW_TOKENS",
     "MOCK_MAX_NUM_SEQS",
     "MOCK_TORCH_THREADS",
-    # Held to at most MAX_STEPS by the stop rules' own reader (trainer/watch/stop_rules.py), itself bounded.
+    # Held to at most MAX_STEPS by the stop rules' own reader (stack/readers/stop_rules.py), itself bounded.
     "STOP_WINDOW_STEPS",
 }
 
@@ -38,7 +38,7 @@ PREFLIGHT_TABLES = [
     fields.SHARED,
     config.FIELDS,
     checks.FIELDS,
-    healthcheck.FIELDS,
+    trainer_health.FIELDS,
     *(__import__(m, fromlist=["FIELDS"]).FIELDS for m in ("stack.readers.env_server", "stack.readers.tunnel_check")),
 ]
 BOUNDED = sorted(

@@ -16,8 +16,8 @@ import kubernetes_validate
 import pytest
 
 from guards.checks import RUN_NAME_RE
-from trainer.config import fresh_run_name
-from trainer.watch.stop_rules import RULES
+from stack.readers.stop_rules import RULES
+from stack.readers.trainer import fresh_run_name
 
 # The Kubernetes release the chart is tested against (PINS.md); Chart.yaml's kubeVersion is the floor.
 KUBE_VERSION = "1.33.0"

@@ -1,6 +1,6 @@
 """The CPU form renders like production under MOCK_CHAT_RULES=qwen3 (mock_engine/tokenizer.py QWEN3_RULES_TEMPLATE,
 mock_engine/toolcalls.py parse_hermes): the mock's template forks where Qwen3's published template forks, the
-derived template chains, and the start-up check (engine/served_template.py) passes with the switch on.
+derived template chains, and the start-up check (stack/serving/served_template.py) passes with the switch on.
 
 The tokenizer here is the mock's own vocabulary (mock_engine/tokenizer.py: its three special tokens, then one id
 per character), encoded without transformers (not in the host venv); the template is rendered as transformers
@@ -16,10 +16,10 @@ import re
 import pytest
 from fixtures.chat_templates.real_tokenizer import render
 
-from engine import chain, served_template, template_fix, turn_end
 from mock_engine import agent_turns, toolcalls
 from mock_engine.tokenizer import CHARS, CHAT_TEMPLATE, EOS, QWEN3_RULES_TEMPLATE, SPECIALS
 from stack.env import EnvError
+from stack.serving import chain, served_template, template_fix, turn_end
 
 END = SPECIALS.index(EOS)
 

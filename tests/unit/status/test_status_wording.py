@@ -135,7 +135,7 @@ def test_collect_reads_an_empty_port_setting_as_the_default(monkeypatch):
 
 
 def test_status_says_which_chat_template_the_engine_serves_and_that_turns_chain(monkeypatch):
-    """The launcher's line (engine/served_template.py), read from the engine container, under the capture level."""
+    """The launcher's line (stack/serving/served_template.py), read from the engine container, under the capture level."""
     line = "chat template: the model's chat template with history-keeps-reasoning (...); turns chain (...)"
     running = {**container("running", None, "healthy"), "started_at": "", "bucket": None, "id": "e1"}
     monkeypatch.setattr(report, "containers", lambda project: {"engine": {**running, "settings": {}}})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stack.env import EnvError
-from trainer import config
+from stack.readers import trainer as config
 
 
 def test_defaults_are_stated_and_engine_url_is_the_root(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 import requests
 from openenv.harbor.models import HarborRolloutResult
 
-from trainer import config
+from stack.readers import trainer as config
 from trainer.rollouts import waiting
 from trainer.rollouts.factory import EnvServerRunner, TaskRef
 from trainer.transfer import weights

@@ -1,6 +1,6 @@
 """The model card: front matter, the before/after eval table, the reward summary, settings without secrets."""
 
-from trainer.config import from_env
+from stack.readers.trainer import from_env
 from trainer.evaluation.evaluate import summarize
 from trainer.hub.model_card import card_settings, render, reward_summary
 

@@ -5,9 +5,9 @@ The optimizer step itself runs in the trainer image: tests/integration/trainer/t
 
 import pytest
 
-from trainer import config
-from trainer.device import precision
-from trainer.device.limits import derive_limits, startup_report
+from stack.readers import trainer as config
+from stack.sizing import precision
+from stack.sizing.limits import derive_limits, startup_report
 
 MODEL = "Qwen/Qwen3-1.7B"
 H200 = 139.8

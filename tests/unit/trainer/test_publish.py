@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "standins"))
 from hub import HubStandin  # noqa: E402
 
-from trainer.config import HubSettings  # noqa: E402
+from stack.readers.trainer import HubSettings  # noqa: E402
 from trainer.hub.publish import HubPublisher, Job  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from openenv.harbor.models import HarborRolloutResult, HarborTurn
 
-from trainer import config
+from stack.readers import trainer as config
 from trainer.rollouts import group_metrics
 from trainer.rollouts import reward as reward_mod
 from trainer.rollouts.factory import HarborSessionFactory, TaskRef, prompt_row, task_ref_from_prompt
@@ -239,7 +239,7 @@ def test_explicit_run_name_resumes_from_latest_complete_checkpoint(tmp_path):
     for step, complete in ((2, True), (10, True), (12, False)):
         d = s.run_dir / f"checkpoint-{step}"
         d.mkdir(parents=True)
-        if complete:  # what trainer/resume.py asks of a checkpoint (tests/unit/trainer/test_resume_pick.py)
+        if complete:  # what stack/resume.py asks of a checkpoint (tests/unit/stack/test_resume_pick.py)
             header = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
             (d / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
             (d / "trainer_state.json").write_text(f'{{"global_step": {step}}}')

@@ -4,10 +4,11 @@ The model's assumptions (trainer/rollouts/staleness.py): 8 generations, 8 rollou
 (cv 0.5), 20 s per optimizer step, TRL's stamping (a group at its first dispatch) and dropping (at dequeue).
 """
 
+from stack.readers import trainer as config
+from stack.sizing.limits import DEFAULT_TURNS
 from stackstatus import figures
-from trainer import config
-from trainer.device.limits import DEFAULT_TURNS, DroppedSampleCounter, stale_frac
 from trainer.rollouts import staleness
+from trainer.watch.dropped_samples import DroppedSampleCounter, stale_frac
 from trainer.watch.status import METRICS
 from trainer.watch.stop_rules import from_env as rules_from_env
 
@@ -73,3 +74,16 @@ def test_status_json_and_scripts_status_carry_the_stale_share():
     assert METRICS["stale_frac"] == "sample/dropped_stale_frac"
     assert figures.stale({"stale_frac": 0.25}) == "dropped stale 25%"
     assert figures.stale({}) == "dropped stale ?"
+
+
+def test_drop_counter_keeps_run_totals_and_always_logs_them():
+    counter = DroppedSampleCounter()
+    first = {"loss": 0.1}  # a window without drops: TRL logs no key at all
+    counter.observe(first)
+    assert first["batch/dropped_oversize_cumulative"] == 0
+    counter.observe({"batch/dropped_oversize_total": 2.0, "sample/dropped_stale_total": 1.0})
+    counter.observe({"batch/dropped_oversize_total": float("nan")})
+    last = {"batch/dropped_oversize_total": 1.0}
+    counter.observe(last)
+    assert counter.oversize == 3
+    assert last["batch/dropped_oversize_cumulative"] == 3 and last["sample/dropped_stale_cumulative"] == 1

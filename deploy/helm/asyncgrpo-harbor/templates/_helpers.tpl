@@ -65,7 +65,7 @@ imagePullSecrets:
 The run name, fixed for the life of the release: a pod restart or `helm upgrade` must resume the same run,
 not start a new one. config.RUN_NAME wins; otherwise the name recorded in the release's ConfigMap at
 install (read back with `lookup` on upgrade); otherwise a fresh one in the trainer's own format
-(services/trainer/config.py fresh_run_name: model, harness, steps, UTC stamp, 6 hex digits;
+(stack/readers/trainer.py fresh_run_name: model, harness, steps, UTC stamp, 6 hex digits;
 tests/unit/helm checks the two agree).
 */}}
 {{- define "agh.runName" -}}

@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from engine.probe import Unhealthy, probe
+from stack.serving.probe import Unhealthy, probe
 
 
 def serve(body: bytes):

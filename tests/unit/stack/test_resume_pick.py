@@ -1,4 +1,4 @@
-"""Resume from the newest checkpoint that is complete and loads (trainer/resume.py): a broken newer one is named
+"""Resume from the newest checkpoint that is complete and loads (stack/resume.py): a broken newer one is named
 in one line and passed over; a run whose every checkpoint is broken is refused in one line, never trained again
 from step 0 under its old name. The safetensors files are written here byte for byte by the format's spec (an
 8-byte little-endian header length, a JSON header, the data): the host venv has no safetensors or torch."""
@@ -9,8 +9,8 @@ import struct
 import pytest
 
 from stack.env import EnvError
-from trainer import config
-from trainer.resume import pick, problem
+from stack.readers import trainer as config
+from stack.resume import pick, problem
 
 
 def weights(path, *, cut: int = 0):

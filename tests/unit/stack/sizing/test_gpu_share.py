@@ -1,4 +1,4 @@
-"""The one-GPU memory split (trainer/device/gpu_share.py): exact figures from the measured profile in trainer/device/limits.py
+"""The one-GPU memory split (stack/sizing/gpu_share.py): exact figures from the measured profile in stack/sizing/limits.py
 (Qwen3-1.7B, gradient checkpointing + compile, measured in bf16 on an H200) with the float32 master weights' computed
 extra, and the refusal's one line."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.device import gpu_share, limits
-from trainer.device.precision import Precision
+from stack.sizing import gpu_share, limits
+from stack.sizing.precision import Precision
 
 MODEL = "Qwen/Qwen3-1.7B"
 FP32 = Precision(weights="float32", compute="bfloat16")

@@ -2,7 +2,7 @@
 
 The live probe against a running engine is tested in tests/integration/mock_engine (it needs torch)."""
 
-from engine.probe import grade_completion, logprobs_mode, top_two_gap
+from stack.serving.probe import grade_completion, logprobs_mode, top_two_gap
 
 
 def payload(ids=(5, 7, 2), prompt=(1, 2, 3), labels=None, with_ids=True):

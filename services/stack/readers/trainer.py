@@ -1,4 +1,5 @@
-"""The trainer's settings, read once from the environment, with every default stated here.
+"""The trainer's settings, read once from the environment, with every default stated here. Preflight (guards)
+reads them with this same reader, before the trainer starts.
 
 Run names never fall back to a constant: two runs sharing a name would resume into each other's
 checkpoints. A fresh name carries model, harness, steps, a UTC stamp and a random suffix; an explicit
@@ -28,8 +29,8 @@ def fresh_run_name(model: str, harness: str, max_steps: int, now: float | None =
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
-    """The newest `checkpoint-N` that is complete and loads (trainer/resume.py; EnvError when none does)."""
-    from .resume import pick
+    """The newest `checkpoint-N` that is complete and loads (stack/resume.py; EnvError when none does)."""
+    from stack.resume import pick
 
     return pick(run_dir).path
 
@@ -225,7 +226,7 @@ FIELDS = Table(
     Field("TRAINER_COMPILE_LAYERS", "flag", True, "regional torch.compile of the decoder layers on GPU"),
     F.DATASETS,
     Field("SCREENED_TASKS", "text", "", "train only on the tasks screening kept; empty: every task"),
-    # float32 weights and AdamW state in both forms; the GPU computes in bfloat16 (trainer/device/precision.py).
+    # float32 weights and AdamW state in both forms; the GPU computes in bfloat16 (stack/sizing/precision.py).
     Field(
         "TRAIN_DTYPE",
         "choice",
@@ -300,7 +301,7 @@ class Settings(make_dataclass("TableSettings", FIELDS.attributes(RENAMED, APART)
     steps a stopped run prints; `compile_layers` is the regional torch.compile of the decoder layers on GPU (28-37%
     -> 34-37% MFU and 0.235 -> 0.184 GiB per 1k packed tokens on an H200, docs/GPU-BENCHMARK.md); `datasets` are
     the splits trained on (empty: every split served); `dtype` is the weights' and AdamW state's (float32 in both
-    forms, bfloat16 compute on the GPU: trainer/device/precision.py says why)."""
+    forms, bfloat16 compute on the GPU: stack/sizing/precision.py says why)."""
 
     run_name_explicit: bool = False
     screened_tasks: str = FIELDS["SCREENED_TASKS"].default
@@ -478,7 +479,7 @@ def hub_repo_problem(repo_id: str) -> str | None:
     nothing is checked (tests/integration/trainer/test_hub_settings.py runs this in the trainer image)."""
     try:
         from huggingface_hub.utils import HFValidationError, validate_repo_id
-    except ImportError:
+    except ImportError:  # stack stays importable by the standard library alone (scripts/status, the engine image)
         return None
     try:
         validate_repo_id(repo_id)

@@ -6,7 +6,7 @@ last turn (`loop.last or (not loop.last and reasoning_content)`): an empty think
 the one a thinking-off generation prompt wrote, is gone from the next prompt. Within one mini-swe-agent rollout the
 observations are `role: tool`, so the gate holds until the agent's history outgrows it; and a think block
 the generation prompt opened (or, with enable_thinking false, closed empty) comes back different in the
-next prompt, and the rollout forks (engine/chain.py replays it). Qwen3 also writes its own "\\n" before a
+next prompt, and the rollout forks (stack/serving/chain.py replays it). Qwen3 also writes its own "\\n" before a
 call after any text, where vLLM's hermes parser already kept the model's "\\n" in `content`.
 
 Each rewrite below is named, matches the published template's own expression, and is logged; a template

@@ -1,6 +1,6 @@
 """One GPU for engine and trainer (WEIGHT_TRANSFER=ipc): how to split its memory, and whether it fits at all.
 
-Pure (no torch): preflight, `scripts/compose --one-gpu` (on the host, `python3 -m trainer.device.gpu_share`) and the unit
+Pure (no torch): preflight, `scripts/compose --one-gpu` (on the host, `python3 -m stack.sizing.gpu_share`) and the unit
 tests import it.
 
 The engine starts first (the trainer waits for it to be healthy), and vLLM takes `--gpu-memory-utilization` of the
@@ -24,8 +24,8 @@ import math
 import sys
 from dataclasses import dataclass
 
-from . import limits
-from .precision import SHAPES, Precision
+from stack.sizing import limits
+from stack.sizing.precision import SHAPES, Precision
 
 # From each model's config.json: (num_key_value_heads, head_dim). Qwen3-1.7B: 8 KV heads of 128.
 ENGINE_SHAPES = {"Qwen/Qwen3-1.7B": (8, 128)}
@@ -81,7 +81,7 @@ def kv_gib_per_token(model: str) -> float:
     shape, heads = SHAPES.get(model), ENGINE_SHAPES.get(model)
     if shape is None or heads is None:
         raise limits.UnknownModel(
-            f"no engine shape for MODEL={model!r} in trainer/device/gpu_share.py ENGINE_SHAPES and trainer/device/precision.py "
+            f"no engine shape for MODEL={model!r} in stack/sizing/gpu_share.py ENGINE_SHAPES and stack/sizing/precision.py "
             "SHAPES: the one-GPU split cannot be computed; add its config.json figures there"
         )
     kv_heads, head_dim = heads
@@ -103,7 +103,7 @@ def split(
     profile = profiles.get(model, {}).get(setting)
     if profile is None:
         raise limits.UnknownModel(
-            f"no measured memory profile for MODEL={model!r} ({setting}) in trainer/device/limits.py: the one-GPU split "
+            f"no measured memory profile for MODEL={model!r} ({setting}) in stack/sizing/limits.py: the one-GPU split "
             "cannot be derived; run scripts/bench-trainer-gpu for it, or use the two-GPU form"
         )
     profile = limits.with_precision(profile, model, precision)
@@ -146,18 +146,17 @@ def env_file(path: str | None) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m trainer.device.gpu_share --card-gib 79.6 [--env-file .env]`: the engine's fraction on stdout, the split's
+    """`python3 -m stack.sizing.gpu_share --card-gib 79.6 [--env-file .env]`: the engine's fraction on stdout, the split's
     line on stderr; or the refusal on stderr and exit 1. MODEL, TOKEN_BUDGET, ENGINE_MAX_MODEL_LEN and TRAIN_DTYPE
-    are read as the trainer reads them (trainer/config.py's fields), from the environment over the .env file."""
+    are read as the trainer reads them (stack/readers/trainer.py's fields), from the environment over the .env file."""
     import os
 
     from stack.backends import WEIGHT_TRANSFERS
     from stack.env import Env, EnvError
+    from stack.readers.trainer import FIELDS
+    from stack.sizing.precision import choose
 
-    from ..config import FIELDS
-    from .precision import choose
-
-    parser = argparse.ArgumentParser(prog="python3 -m trainer.device.gpu_share", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m stack.sizing.gpu_share", description=__doc__.split("\n\n")[0])
     parser.add_argument("--card-gib", type=float, required=True)
     parser.add_argument("--env-file", default=None)
     args = parser.parse_args(argv)

@@ -4,13 +4,12 @@ import math
 
 import pytest
 
-from trainer.device.limits import (
+from stack.sizing.limits import (
     BUDGET_QUANTUM,
     DEFAULT_TURNS,
     GC,
     GC_COMPILE,
     MEASURED,
-    DroppedSampleCounter,
     MemoryProfile,
     TurnSizes,
     UnknownModel,
@@ -129,16 +128,3 @@ def test_budget_shorter_than_a_rollout_warns_about_drops():
     _, warnings = startup_report(limits, step_limit=12, token_budget=16384)
     assert len(warnings) == 1 and "batch/dropped_oversize" in warnings[0]
     assert f"AGENT_STEP_LIMIT to {DEFAULT_TURNS.max_steps_within(16384)}" in warnings[0]
-
-
-def test_drop_counter_keeps_run_totals_and_always_logs_them():
-    counter = DroppedSampleCounter()
-    first = {"loss": 0.1}  # a window without drops: TRL logs no key at all
-    counter.observe(first)
-    assert first["batch/dropped_oversize_cumulative"] == 0
-    counter.observe({"batch/dropped_oversize_total": 2.0, "sample/dropped_stale_total": 1.0})
-    counter.observe({"batch/dropped_oversize_total": float("nan")})
-    last = {"batch/dropped_oversize_total": 1.0}
-    counter.observe(last)
-    assert counter.oversize == 3
-    assert last["batch/dropped_oversize_cumulative"] == 3 and last["sample/dropped_stale_cumulative"] == 1

@@ -1,4 +1,4 @@
-"""Turns chain (engine/chain.py, engine/template_fix.py, engine/served_template.py) with REAL templates and a
+"""Turns chain (stack/serving/chain.py, stack/serving/template_fix.py, stack/serving/served_template.py) with REAL templates and a
 real BPE: Qwen3's and Qwen3.5's published templates and Qwen3-Coder's (no thinking), Qwen's byte-level BPE
 (tests/fixtures/chat_templates/README.md says where each came from).
 
@@ -16,8 +16,8 @@ import pytest
 import tokenizers  # noqa: F401 -- requirements/test.txt installs it: a missing tokenizer must fail, not skip
 from fixtures.chat_templates.real_tokenizer import QwenTokenizer, template  # noqa: E402
 
-from engine import chain, served_template, template_fix, turn_end  # noqa: E402
 from stack.env import EnvError  # noqa: E402
+from stack.serving import chain, served_template, template_fix, turn_end  # noqa: E402
 
 IM_END = 151645
 OFF = {"enable_thinking": False}

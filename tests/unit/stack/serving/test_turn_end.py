@@ -1,4 +1,4 @@
-"""The engine's stop set against the chat template's turn end (engine/turn_end.py): which token closes an
+"""The engine's stop set against the chat template's turn end (stack/serving/turn_end.py): which token closes an
 assistant turn, the stop set each TURN_END_TOKENS gives, and the one line that says so.
 
 The tokenizer is a stand-in with transformers' interface (apply_chat_template, encode, the special-token
@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from engine import turn_end
 from stack.env import EnvError
+from stack.serving import turn_end
 
 ENDOFTEXT, IM_START, IM_END = 151643, 151644, 151645  # Qwen3's ids
 BEGIN, END_OF_TEXT, EOM, EOT, HEADER, HEADER_END = 128000, 128001, 128008, 128009, 128006, 128007  # Llama 3.1's

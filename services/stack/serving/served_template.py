@@ -1,9 +1,9 @@
 """Which chat template the engine serves, and the start-up proof that turns chain under it.
 
-CHAT_TEMPLATE_FIX=auto (default): a think-gated template (Qwen3, Qwen3.5) is served as engine/template_fix.py
+CHAT_TEMPLATE_FIX=auto (default): a think-gated template (Qwen3, Qwen3.5) is served as stack/serving/template_fix.py
 derives it from the model's own, written to a file and passed as vLLM's --chat-template; =off serves the
 model's own. A --chat-template in ENGINE_EXTRA_ARGS is the operator's and is served as given (and checked).
-Then engine/chain.py replays a tool conversation with that template, the tokenizer, CHAT_TEMPLATE_KWARGS,
+Then stack/serving/chain.py replays a tool conversation with that template, the tokenizer, CHAT_TEMPLATE_KWARGS,
 REASONING_PARSER and TOOL_CALL_PARSER; a configuration that forks is refused in one line
 (TURN_CHAIN_CHECK=refuse, default) or served with that line as a warning (=warn).
 
@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import chain, template_fix, turn_end
 from stack import fields
 from stack.env import Env, EnvError
+from stack.serving import chain, template_fix, turn_end
 
 REFUSE = "refuse"
 WARN = "warn"
