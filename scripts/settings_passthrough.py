@@ -33,10 +33,10 @@ class Route:
 
 
 TRAINER_TABLES = (
-    ("trainer.config", "FIELDS"),
-    ("trainer.watch.stop_rules", "FIELDS"),
-    ("trainer.report.reporting", "FIELDS"),
-    ("trainer.watch.healthcheck", "FIELDS"),
+    ("stack.readers.trainer", "FIELDS"),
+    ("stack.readers.stop_rules", "FIELDS"),
+    ("stack.readers.reporting", "FIELDS"),
+    ("stack.readers.trainer_health", "FIELDS"),
 )
 ROUTES = (
     Route(

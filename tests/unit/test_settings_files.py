@@ -67,7 +67,7 @@ def test_a_new_trainer_setting_reaches_compose_the_chart_values_and_schema(monke
     import yaml
 
     new = settings_files.Field("STOP_TEST_KNOB", "integer", 3, "a knob only this test declares", minimum=1)
-    _add_field(monkeypatch, "trainer.watch.stop_rules", new)
+    _add_field(monkeypatch, "stack.readers.stop_rules", new)
     files = settings_files.generated()
 
     compose = files[settings_files.COMPOSE]
@@ -110,7 +110,7 @@ def test_a_new_env_server_setting_reaches_its_compose_block_only(monkeypatch):
 
 def test_a_new_secret_reaches_no_container_by_itself(monkeypatch):
     new = settings_files.Field("TEST_API_KEY", "text", "", "a key only this test declares", secret=True)
-    _add_field(monkeypatch, "trainer.config", new)
+    _add_field(monkeypatch, "stack.readers.trainer", new)
     files = settings_files.generated()
     assert "TEST_API_KEY" not in files[settings_files.COMPOSE]
     assert "TEST_API_KEY" not in files[settings_files.HELPERS]
