@@ -174,9 +174,12 @@ def values_yaml(text: str, missing: list[Field], default_text) -> str:
 
 
 def _yaml_value(f: Field, text: str) -> str:
-    if f.kind in ("integer", "port") and text.isdigit():
-        return text
-    return json.dumps(text)  # a JSON string is a YAML string: "", "1e-6" and "on" stay strings
+    """The default as values.yaml must hold it to pass the schema entry schema_doc writes: a number for a number
+    (1e-06 is a string to YAML 1.1, so a fraction is written out in decimals), a string otherwise."""
+    if f.kind in ("integer", "port", "flag", "number") and text:
+        value = float(text)
+        return str(int(value)) if value.is_integer() else f"{value:.12f}".rstrip("0")
+    return json.dumps(text)  # a JSON string is a YAML string: "", "on" and "1.0.0" stay strings
 
 
 # A new setting's JSON type, by the table's kind; what the chart takes beyond that (a string form of a number,

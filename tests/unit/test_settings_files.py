@@ -70,13 +70,17 @@ def test_a_new_trainer_setting_reaches_compose_the_chart_values_and_schema(monke
     _add_field(monkeypatch, "stack.readers.stop_rules", new)
     files = settings_files.generated()
 
+    # Appended as the last line of x-train-env, the committed block above it unchanged.
+    committed = settings_files.COMPOSE.read_text()
+    block = committed.split("x-train-env: &train-env\n", 1)[1].split("\n\n", 1)[0]
     compose = files[settings_files.COMPOSE]
-    assert "  HF_ENDPOINT: ${HF_ENDPOINT:-https://huggingface.co}\n  STOP_TEST_KNOB: ${STOP_TEST_KNOB:-}\n" in compose
+    assert f"x-train-env: &train-env\n{block}\n  STOP_TEST_KNOB: ${{STOP_TEST_KNOB:-}}\n\n" in compose
     doc = yaml.safe_load(compose)
     assert doc["services"]["trainer"]["environment"]["STOP_TEST_KNOB"] == "${STOP_TEST_KNOB:-}"
     assert "STOP_TEST_KNOB" not in doc["services"]["env-server"]["environment"]
 
-    assert '"HUB_FINAL_WAIT_S" "HF_ENDPOINT" "STOP_TEST_KNOB"))' in files[settings_files.HELPERS]
+    listed = _chart_list(settings_files.HELPERS.read_text())
+    assert _chart_list(files[settings_files.HELPERS]) == [*listed, "STOP_TEST_KNOB"]
     values = yaml.safe_load(files[settings_files.VALUES])
     assert values["config"]["STOP_TEST_KNOB"] == 3
     schema = json.loads(files[settings_files.SCHEMA])["properties"]["config"]
@@ -93,6 +97,26 @@ def test_a_new_trainer_setting_reaches_compose_the_chart_values_and_schema(monke
     err = capsys.readouterr().err
     for name in ("compose.yaml", "_helpers.tpl", "values.yaml", "values.schema.json", ".env.example"):
         assert f"{name} differs" in err
+
+
+def _chart_list(helpers: str) -> list[str]:
+    import re
+
+    body = helpers.split('{{- define "agh.trainEnv" -}}', 1)[1].split("{{- end -}}", 1)[0]
+    return re.findall(r'"([A-Z0-9_]+)"', re.search(r"\(list ([^)]*)\)", body).group(1))
+
+
+def test_a_new_fractional_setting_is_a_number_in_values_yaml(monkeypatch):
+    """1e-06 would be a string to YAML 1.1 and fail the chart's schema (type number): written out in decimals."""
+    import yaml
+
+    new = settings_files.Field("STOP_TEST_RATE", "number", 1e-6, "a rate only this test declares", minimum=0)
+    _add_field(monkeypatch, "stack.readers.stop_rules", new)
+    files = settings_files.generated()
+    assert "\n  STOP_TEST_RATE: 0.000001\n" in files[settings_files.VALUES] + "\n"
+    assert yaml.safe_load(files[settings_files.VALUES])["config"]["STOP_TEST_RATE"] == 1e-6
+    schema = json.loads(files[settings_files.SCHEMA])["properties"]["config"]["properties"]
+    assert schema["STOP_TEST_RATE"]["type"] == "number"
 
 
 def test_a_new_env_server_setting_reaches_its_compose_block_only(monkeypatch):
