@@ -13,8 +13,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = sorted(p.name for p in (ROOT / "services").iterdir() if (p / "__init__.py").is_file())
 SHARED = "stack"
-# Imports still to move, each with why (the list only shrinks: an entry whose import is gone fails below).
-KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _imports(path: Path):
@@ -26,25 +24,19 @@ def _imports(path: Path):
             yield node.lineno, node.module
 
 
-def cross_service_imports() -> dict[tuple[str, str], list[str]]:
-    """(file, module) -> where: every import in a service's package of another service's package but stack's."""
-    found: dict[tuple[str, str], list[str]] = {}
+def cross_service_imports() -> list[str]:
+    """`file:line imports module (service X)` for each import of another service's package but stack's."""
+    found: list[str] = []
     for service in SERVICES:
         for path in sorted((ROOT / "services" / service).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             for line, module in _imports(path):
                 other = module.split(".")[0]
                 if other in SERVICES and other not in (service, SHARED):
-                    found.setdefault((rel, module), []).append(f"{rel}:{line} imports {module} (service {other})")
+                    found.append(f"{rel}:{line} imports {module} (service {other})")
     return found
 
 
 def test_no_service_imports_another_services_package_but_stack():
     found = cross_service_imports()
-    unexpected = [where for key, lines in sorted(found.items()) if key not in KNOWN for where in lines]
-    assert not unexpected, "move what both need into services/stack/:\n" + "\n".join(unexpected)
-
-
-def test_every_known_exception_is_still_there():
-    gone = sorted(set(KNOWN) - set(cross_service_imports()))
-    assert not gone, f"no longer imported, so drop them from KNOWN: {gone}"
+    assert not found, "move what both need into services/stack/:\n" + "\n".join(found)
