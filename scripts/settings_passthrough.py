@@ -7,7 +7,7 @@ default (`${WANDB_PROJECT:-asyncgrpo-harbor}`) or a comment above a line stays.
 
 Not generated, on purpose:
 - secrets (`Field(secret=True)`): which container sees a key is decided by hand, line by line;
-- a setting a route says it does not pass (NOT_PASSED), each with its reason;
+- a setting a route says it does not pass (`Route.not_passed`), each with its reason;
 - the other services' chart templates: they set most values themselves (pod addresses, the bucket path).
 """
 
@@ -52,7 +52,7 @@ ROUTES = (
         "tunnel-check",
         (("stack.readers.tunnel_check", "FIELDS"),),
         ("services", "tunnel-check", "environment"),
-        not_passed={"TUNNEL_METRICS_HOST": "cloudflared shares tunnel-check's network namespace: loopback"},
+        not_passed={"TUNNEL_METRICS_HOST": "compose runs every service on the host's network: its default, loopback"},
     ),
     Route("engine", (("engine.command", "FIELDS"),), ("services", "engine", "environment")),
 )
