@@ -384,24 +384,25 @@ def check_train_script(env, probes):
     if not spec:
         return None
     # The trainer's own resolve (trainer/train_script.py): the fetch needs requests, which stack does not carry.
-    return _trainer_check("trainer.train_script", [spec], timeout_s=120)
+    return _trainer_check("trainer.train_script", [spec], env, timeout_s=120)
 
 
 def _trainer_check(
-    module: str, args: list[str], env: Mapping[str, str] | None = None, timeout_s: float = 120
+    module: str, args: list[str], env: Settings, given: Mapping[str, str] | None = None, timeout_s: float = 120
 ) -> str | None:
     """Run `python -m <module> ARGS`, a check the trainer runs as a process of its own (what it needs is the
-    trainer's, not stack's; the trainer image carries both packages, so it is found beside guards). Exit 1: its
-    stdout is the finding's one line. Exit 0: no finding, and what it printed on the way is printed here, as it
-    was when guards called the check itself. Anything else is a crash."""
+    trainer's, not stack's; the trainer image carries both packages, so it is found beside guards). The child
+    gets the environment this preflight read (`env`), `given` over it. Exit 1: its stdout is the finding's one
+    line. Exit 0: no finding, and what it printed on the way is printed here, as it was when guards called the
+    check itself. Anything else is a crash."""
+    # Only the services folder: the interpreter brings its own site-packages.
     services = str(Path(__file__).resolve().parents[1])
-    path = os.pathsep.join(p for p in (services, os.environ.get("PYTHONPATH", "")) if p)
     run = subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
-        env={**os.environ, **(env or {}), "PYTHONPATH": path},
+        env={**env.env, **(given or {}), "PYTHONPATH": services},
     )
     if run.returncode == 1 and run.stdout.strip():
         return run.stdout.strip()
@@ -518,7 +519,7 @@ def check_hub_access(env, probes):
     # The trainer's own question (trainer/hub/hub_access.py): it asks through huggingface_hub, which stack does not
     # carry. The settings travel as read here, so the child judges exactly what this process read.
     given = {"HUB_MODEL_ID": hub.model_id, "HUB_TOKEN": hub.token, "HF_ENDPOINT": hub.endpoint}
-    return _trainer_check("trainer.hub.hub_access", [], env=given, timeout_s=300)
+    return _trainer_check("trainer.hub.hub_access", [], env, given, timeout_s=300)
 
 
 def check_run_name(env, probes):

@@ -11,10 +11,10 @@ not created yet (the trainer creates it at the first push) is judged by the name
 
 from __future__ import annotations
 
-import os
 import sys
 
-from stack.readers.trainer import HubSettings
+from stack.env import Env
+from stack.readers.trainer import hub_from_env
 
 FIX = "set HUB_TOKEN to a write token of that namespace (huggingface.co/settings/tokens), or unset HUB_MODEL_ID"
 
@@ -71,9 +71,9 @@ def _unreachable(repo: str, where: str, exc: Exception) -> None:
 def main() -> int:
     """Guards runs this instead of importing the trainer: huggingface_hub and httpx are the trainer's, and stack
     (all guards imports) carries neither. A note printed on the way (a Hub that does not answer) comes out too."""
-    hub = HubSettings(
-        model_id=os.environ["HUB_MODEL_ID"], token=os.environ.get("HUB_TOKEN", ""), endpoint=os.environ["HF_ENDPOINT"]
-    )
+    hub = hub_from_env(Env(collect=True))  # a bad HUB_MODEL_ID is trainer-settings' line, not this check's
+    if not hub.model_id:
+        return 0
     line = problem(hub)
     if line:
         print(line)
